@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine (Python 3.11 and make):
+#   make book   - create .venv if missing, install, build the site into _build/html (strict)
+#   make test   - the whole test suite
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: book test lab clean exercises lint bench venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## The static site, executed and built strictly: any warning, broken reference or raising cell fails.
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+
+## The whole test suite: library, grader, notebooks (chapters and solutions run top to bottom), site.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 tests chapters solutions
+
+## JupyterLab on the course, with a kernel that imports tpp.
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=.
+
+## Regenerate exercises/ from solutions/.
+exercises: $(STAMP)
+	$(BIN)/tpp assign
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	for f in bench/*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +
