@@ -1,0 +1,486 @@
+"""Tensor-parallel self-attention (MHA and GQA) with explicit forward and backward.
+
+Shoeybi et al. 2019, Sec. 3 (Fig. 3b): the heads are independent, so Q, K and V are
+column-parallel *by head* and the output projection ``W_O`` is row-parallel; the only
+communication is f before the projections (identity forward, all-reduce backward) and g after
+``W_O`` (all-reduce forward, identity backward)::
+
+    x -f-> [Q_r, K_r, V_r] = x W_{Q,K,V}[:, heads of rank r]
+         -> O_r = softmax(Q_r K_r^T / sqrt(d_head) + causal) V_r      (per head, no comms)
+         -> z_r = O_r W_O[heads of rank r, :] -g-> y = sum_r z_r     (ONE all-reduce)
+
+Shapes (row vectors, sequence first as in Megatron-LM): ``x`` is (s, d) or (s, b, d);
+``W_Q``: (d, n_heads d_head), ``W_K``, ``W_V``: (d, n_kv_heads d_head), ``W_O``:
+(n_heads d_head, d). Query head ``i`` reads KV head ``i // (n_heads / n_kv_heads)``
+(grouped-query attention, Ainslie et al. 2023; MHA is n_kv_heads = n_heads).
+
+Splitting rules (checked by :func:`attention_split`):
+
+* TP must divide n_heads;
+* TP <= n_kv_heads: TP must divide n_kv_heads, each rank holds n_kv_heads / TP KV heads;
+* TP > n_kv_heads: only with ``replicate_kv=True`` and TP a multiple of n_kv_heads; each KV head
+  is then held by R = TP / n_kv_heads ranks (its weights, activations and KV cache are stored R
+  times), and in training the R replicas' weight gradients are summed by an all-reduce among
+  them (recorded in :attr:`ShardedAttention.kv_groups`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from tpp.collectives import ProcessGroup
+from tpp.hardware import bytes_per_element
+
+from .dropout import dropout_backward, dropout_forward, dropout_mask
+from .linear import linear_backward
+from .operators import CopyToTP, ReduceFromTP
+from .sharding import check_tp
+
+__all__ = [
+    "AttentionSplit",
+    "attention_split",
+    "attention_core_forward",
+    "attention_core_backward",
+    "init_attention_weights",
+    "Attention",
+    "ShardedAttention",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# the split
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionSplit:
+    """How ``n_heads`` query and ``n_kv_heads`` KV heads are laid out over ``tp`` ranks."""
+
+    tp: int
+    n_heads: int
+    n_kv_heads: int
+    q_heads_per_rank: int
+    kv_heads_per_rank: int
+    replicas: int  # ranks holding each KV head (1 = no replication)
+
+    def q_heads(self, rank: int) -> list[int]:
+        """Global indices of the query heads of ``rank``."""
+        q = self.q_heads_per_rank
+        return list(range(rank * q, (rank + 1) * q))
+
+    def kv_heads(self, rank: int) -> list[int]:
+        """Global indices of the KV heads ``rank`` holds."""
+        if self.replicas > 1:
+            return [rank // self.replicas]
+        k = self.kv_heads_per_rank
+        return list(range(rank * k, (rank + 1) * k))
+
+
+def attention_split(n_heads: int, n_kv_heads: int, tp: int,
+                    replicate_kv: bool = False) -> AttentionSplit:
+    """Check that ``tp`` ranks can share the heads, and say how; ValueError says what to change.
+
+    >>> attention_split(64, 8, 16)
+    Traceback (most recent call last):
+    ...
+    ValueError: TP=16 must divide n_kv_heads=8: lower TP to 8 or pass replicate_kv=True
+    """
+    tp = check_tp(tp)
+    for name, v in (("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive integer")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
+                         "(each KV head serves a whole group of query heads)")
+    if n_heads % tp:
+        divisors = [t for t in range(1, n_heads + 1) if n_heads % t == 0 and t < tp]
+        raise ValueError(f"TP={tp} must divide n_heads={n_heads}: lower TP to {divisors[-1]} "
+                         f"(a divisor of {n_heads})")
+    if tp <= n_kv_heads:
+        if n_kv_heads % tp:
+            raise ValueError(f"TP={tp} must divide n_kv_heads={n_kv_heads}: choose TP among the "
+                             f"divisors of {n_kv_heads}")
+        return AttentionSplit(tp, n_heads, n_kv_heads, n_heads // tp, n_kv_heads // tp, 1)
+    if tp % n_kv_heads:
+        raise ValueError(f"TP={tp} exceeds n_kv_heads={n_kv_heads} and is not a multiple of it, "
+                         f"so KV heads cannot be replicated evenly: use TP={n_kv_heads} or a "
+                         f"multiple of {n_kv_heads}")
+    if not replicate_kv:
+        raise ValueError(f"TP={tp} must divide n_kv_heads={n_kv_heads}: lower TP to "
+                         f"{n_kv_heads} or pass replicate_kv=True")
+    return AttentionSplit(tp, n_heads, n_kv_heads, n_heads // tp, 1, tp // n_kv_heads)
+
+
+# --------------------------------------------------------------------------------------------
+# the per-head core: softmax(Q K^T / sqrt(d_head) + causal) V
+# --------------------------------------------------------------------------------------------
+def _onehot(kv_index: np.ndarray, n_kv: int) -> np.ndarray:
+    m = np.zeros((len(kv_index), n_kv))
+    m[np.arange(len(kv_index)), kv_index] = 1.0
+    return m
+
+
+def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_index: np.ndarray,
+                           causal: bool = True, mask: np.ndarray | None = None,
+                           p: float = 0.0):
+    """Per-head attention. ``q``: (s, b, hq, dh); ``k``, ``v``: (s, b, hk, dh); query head ``i``
+    uses KV head ``kv_index[i]``. ``mask``: dropout keep-mask (b, hq, s, s) or None.
+
+    Returns ``(o, probs, dropped)``: o (s, b, hq, dh), the softmax output (b, hq, s, s) and the
+    dropout output (the same array as ``probs`` when ``mask`` is None).
+    """
+    dh = q.shape[-1]
+    kr, vr = k[:, :, kv_index], v[:, :, kv_index]
+    scores = np.einsum("sbhd,tbhd->bhst", q, kr) / np.sqrt(dh)
+    if causal:
+        s = q.shape[0]
+        scores = np.where(np.tril(np.ones((s, s), dtype=bool)), scores, -np.inf)
+    scores = scores - scores.max(-1, keepdims=True)
+    e = np.exp(scores)
+    probs = e / e.sum(-1, keepdims=True)
+    dropped = probs if mask is None else dropout_forward(probs, mask, p)
+    o = np.einsum("bhst,tbhd->sbhd", dropped, vr)
+    return o, probs, dropped
+
+
+def attention_core_backward(do: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                            kv_index: np.ndarray, probs: np.ndarray, dropped: np.ndarray,
+                            mask: np.ndarray | None = None, p: float = 0.0):
+    """Backward of :func:`attention_core_forward`: returns ``(dq, dk, dv)``.
+
+    ``dV = P_d^T dO``; ``dP_d = dO V^T``; through dropout; softmax:
+    ``dS = P * (dP - rowsum(dP * P))``; ``dQ = dS K / sqrt(dh)``, ``dK = dS^T Q / sqrt(dh)``;
+    the gradients of a KV head shared by a group of query heads are summed over the group.
+    """
+    dh = q.shape[-1]
+    n_kv = k.shape[2]
+    onehot = _onehot(kv_index, n_kv)
+    kr, vr = k[:, :, kv_index], v[:, :, kv_index]
+    d_dropped = np.einsum("sbhd,tbhd->bhst", do, vr)
+    dvr = np.einsum("bhst,sbhd->tbhd", dropped, do)
+    dprobs = d_dropped if mask is None else dropout_backward(d_dropped, mask, p)
+    ds = probs * (dprobs - (dprobs * probs).sum(-1, keepdims=True)) / np.sqrt(dh)
+    dq = np.einsum("bhst,tbhd->sbhd", ds, kr)
+    dkr = np.einsum("bhst,sbhd->tbhd", ds, q)
+    dk = np.einsum("tbhd,hk->tbkd", dkr, onehot)
+    dv = np.einsum("tbhd,hk->tbkd", dvr, onehot)
+    return dq, dk, dv
+
+
+def init_attention_weights(d: int, n_heads: int, n_kv_heads: int | None = None,
+                           d_head: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights ``{"wq", "wk", "wv", "wo"}`` (float64, scaled by 1/sqrt(fan-in))."""
+    n_kv = n_heads if n_kv_heads is None else n_kv_heads
+    if d_head is None:
+        if d % n_heads:
+            raise ValueError(f"d={d} must be divisible by n_heads={n_heads}, or pass d_head")
+        d_head = d // n_heads
+    rng = np.random.default_rng(seed)
+    return {
+        "wq": rng.standard_normal((d, n_heads * d_head)) / np.sqrt(d),
+        "wk": rng.standard_normal((d, n_kv * d_head)) / np.sqrt(d),
+        "wv": rng.standard_normal((d, n_kv * d_head)) / np.sqrt(d),
+        "wo": rng.standard_normal((n_heads * d_head, d)) / np.sqrt(n_heads * d_head),
+    }
+
+
+def _check_weights(wq, wk, wv, wo, n_heads: int, n_kv_heads: int):
+    wq, wk, wv, wo = (np.asarray(w, dtype=np.float64) for w in (wq, wk, wv, wo))
+    for name, w in (("wq", wq), ("wk", wk), ("wv", wv), ("wo", wo)):
+        if w.ndim != 2:
+            raise ValueError(f"{name} must be a 2-d matrix, got shape {w.shape}")
+    d = wq.shape[0]
+    if wq.shape[1] % n_heads:
+        raise ValueError(f"wq has {wq.shape[1]} columns, not a multiple of n_heads={n_heads}: "
+                         "wq must be (d, n_heads * d_head)")
+    dh = wq.shape[1] // n_heads
+    for name, w in (("wk", wk), ("wv", wv)):
+        if w.shape != (d, n_kv_heads * dh):
+            raise ValueError(f"{name} has shape {w.shape}: it must be (d, n_kv_heads * d_head) = "
+                             f"({d}, {n_kv_heads * dh})")
+    if wo.shape != (n_heads * dh, d):
+        raise ValueError(f"wo has shape {wo.shape}: it must be (n_heads * d_head, d) = "
+                         f"({n_heads * dh}, {d})")
+    return wq, wk, wv, wo, d, dh
+
+
+def _as_sbd(x: np.ndarray, d: int) -> tuple[np.ndarray, bool]:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim not in (2, 3) or x.shape[-1] != d:
+        raise ValueError(f"x has shape {x.shape}: pass (s, {d}) or (s, b, {d}) (sequence first)")
+    return (x[:, None, :], True) if x.ndim == 2 else (x, False)
+
+
+# --------------------------------------------------------------------------------------------
+# the unsharded reference
+# --------------------------------------------------------------------------------------------
+class Attention:
+    """Unsharded (multi-head or grouped-query) causal self-attention, the reference.
+
+    ``forward(x) -> y``, ``backward(dy) -> dx``, ``grads`` = {"wq", "wk", "wv", "wo"}.
+    ``dropout_p``: None (no dropout) or p in [0, 1): dropout on the softmax output with the
+    deterministic mask of :func:`tpp.tensor_parallel.dropout.dropout_mask` (``seed``, ``layer``).
+    """
+
+    def __init__(self, wq, wk, wv, wo, n_heads: int, n_kv_heads: int | None = None, *,
+                 causal: bool = True, dropout_p: float | None = None, seed: int = 0,
+                 layer: int = 0) -> None:
+        n_kv = n_heads if n_kv_heads is None else n_kv_heads
+        attention_split(n_heads, n_kv, 1)
+        self.wq, self.wk, self.wv, self.wo, self.d, self.d_head = _check_weights(
+            wq, wk, wv, wo, n_heads, n_kv)
+        self.n_heads, self.n_kv_heads = n_heads, n_kv
+        self.causal, self.dropout_p, self.seed, self.layer = causal, dropout_p, seed, layer
+        self.kv_index = np.arange(n_heads) // (n_heads // n_kv)
+        self.grads: dict[str, np.ndarray] = {}
+        self._cache: tuple | None = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        x3, squeeze = _as_sbd(x, self.d)
+        s, b, _ = x3.shape
+        dh = self.d_head
+        q = (x3 @ self.wq).reshape(s, b, self.n_heads, dh)
+        k = (x3 @ self.wk).reshape(s, b, self.n_kv_heads, dh)
+        v = (x3 @ self.wv).reshape(s, b, self.n_kv_heads, dh)
+        mask = None
+        if self.dropout_p is not None:
+            mask = dropout_mask((b, self.n_heads, s, s), self.dropout_p, self.seed, "softmax",
+                                self.layer)
+        o, probs, dropped = attention_core_forward(q, k, v, self.kv_index, self.causal, mask,
+                                                   self.dropout_p or 0.0)
+        o = o.reshape(s, b, self.n_heads * dh)
+        self._cache = (x3, q, k, v, probs, dropped, mask, o, squeeze)
+        y = o @ self.wo
+        return y[:, 0, :] if squeeze else y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        if self._cache is None:
+            raise ValueError("call forward before backward")
+        x3, q, k, v, probs, dropped, mask, o, squeeze = self._cache
+        dy = np.asarray(dy, dtype=np.float64)
+        dy3 = dy[:, None, :] if squeeze else dy
+        if dy3.shape != x3.shape:
+            raise ValueError(f"dy has shape {dy.shape}: pass the gradient of forward's output")
+        s, b, _ = x3.shape
+        do, dwo = linear_backward(o, self.wo, dy3)
+        dq, dk, dv = attention_core_backward(do.reshape(q.shape), q, k, v, self.kv_index, probs,
+                                             dropped, mask, self.dropout_p or 0.0)
+        dx, dwq = linear_backward(x3, self.wq, dq.reshape(s, b, -1))
+        dxk, dwk = linear_backward(x3, self.wk, dk.reshape(s, b, -1))
+        dxv, dwv = linear_backward(x3, self.wv, dv.reshape(s, b, -1))
+        self.grads = {"wq": dwq, "wk": dwk, "wv": dwv, "wo": dwo}
+        dx = dx + dxk + dxv
+        return dx[:, 0, :] if squeeze else dx
+
+
+# --------------------------------------------------------------------------------------------
+# the tensor-parallel version
+# --------------------------------------------------------------------------------------------
+class ShardedAttention:
+    """Causal self-attention over ``tp`` simulated ranks, heads split, one all-reduce each way.
+
+    Attributes:
+        split: the :class:`AttentionSplit` (heads per rank, KV replicas).
+        group: the :class:`~tpp.collectives.ProcessGroup` (f and g record on its ledger).
+        shards: per-rank weight shards {"wq", "wk", "wv", "wo"}.
+        kv_groups: with KV replication, one ProcessGroup per KV head (size = replicas) whose
+            ledger records the all-reduce of the replicas' K/V weight gradients.
+        saved: per rank, the tensors kept for backward (name -> array), see
+            :meth:`saved_bytes`.
+        grads: FULL weight gradients assembled from the shards (after backward).
+        shard_grads: per-rank lists of the gradient shards.
+
+    ``recompute_core=True`` keeps only Q, K, V and the projection input and recomputes the
+    softmax (and its dropout) in backward (Korthikanti et al. 2022, selective recomputation).
+    """
+
+    def __init__(self, wq, wk, wv, wo, tp: int, n_heads: int, n_kv_heads: int | None = None, *,
+                 causal: bool = True, replicate_kv: bool = False,
+                 group: ProcessGroup | None = None, dropout_p: float | None = None,
+                 seed: int = 0, layer: int = 0, recompute_core: bool = False) -> None:
+        n_kv = n_heads if n_kv_heads is None else n_kv_heads
+        self.split = attention_split(n_heads, n_kv, tp, replicate_kv)
+        wq, wk, wv, wo, self.d, self.d_head = _check_weights(wq, wk, wv, wo, n_heads, n_kv)
+        self.tp, self.n_heads, self.n_kv_heads = self.split.tp, n_heads, n_kv
+        if group is None:
+            group = ProcessGroup(self.tp, name=f"tp{self.tp}")
+        elif group.size != self.tp:
+            raise ValueError(f"group has size {group.size} but TP={self.tp}: pass a "
+                             f"ProcessGroup of size {self.tp}")
+        self.group = group
+        self.f, self.g = CopyToTP(group), ReduceFromTP(group)
+        self.causal, self.dropout_p, self.seed, self.layer = causal, dropout_p, seed, layer
+        self.recompute_core = recompute_core
+        dh, sp_ = self.d_head, self.split
+
+        def cols(heads: list[int]) -> np.ndarray:  # the weight columns of these heads
+            return np.concatenate([np.arange(h * dh, (h + 1) * dh) for h in heads])
+
+        self.shards = {"wq": [], "wk": [], "wv": [], "wo": []}
+        self._kv_index: list[np.ndarray] = []
+        group_size = n_heads // n_kv
+        for r in range(self.tp):
+            qh, kvh = sp_.q_heads(r), sp_.kv_heads(r)
+            self.shards["wq"].append(wq[:, cols(qh)].copy())
+            self.shards["wk"].append(wk[:, cols(kvh)].copy())
+            self.shards["wv"].append(wv[:, cols(kvh)].copy())
+            self.shards["wo"].append(wo[cols(qh), :].copy())
+            self._kv_index.append(np.array(qh) // group_size - kvh[0])
+        self.kv_groups = ([ProcessGroup(sp_.replicas, name=f"kv_head{j}") for j in range(n_kv)]
+                          if sp_.replicas > 1 else [])
+        self.saved: list[dict[str, np.ndarray]] = []
+        self.grads: dict[str, np.ndarray] = {}
+        self.shard_grads: dict[str, list[np.ndarray]] = {}
+        self._meta: tuple | None = None
+
+    # -- masks ---------------------------------------------------------------------------------
+    def _masks(self, s: int, b: int) -> list[np.ndarray | None]:
+        if self.dropout_p is None:
+            return [None] * self.tp
+        full = dropout_mask((b, self.n_heads, s, s), self.dropout_p, self.seed, "softmax",
+                            self.layer)
+        q = self.split.q_heads_per_rank
+        return [full[:, r * q:(r + 1) * q].copy() for r in range(self.tp)]
+
+    # -- the sharded part, without f and g -----------------------------------------------------
+    def forward_partial(self, xs: list[np.ndarray]) -> list[np.ndarray]:
+        """Per rank: the full-sequence input x (s, b, d) -> PARTIAL output z_r (s, b, d).
+
+        No communication; keeps the tensors needed by :meth:`backward_partial` in
+        :attr:`saved`.
+        """
+        if len(xs) != self.tp:
+            raise ValueError(f"forward_partial got {len(xs)} arrays for TP={self.tp}")
+        s, b, _ = xs[0].shape
+        dh, p = self.d_head, self.dropout_p or 0.0
+        masks = self._masks(s, b)
+        self.saved, zs = [], []
+        for r, x in enumerate(xs):
+            q = (x @ self.shards["wq"][r]).reshape(s, b, -1, dh)
+            k = (x @ self.shards["wk"][r]).reshape(s, b, -1, dh)
+            v = (x @ self.shards["wv"][r]).reshape(s, b, -1, dh)
+            o, probs, dropped = attention_core_forward(q, k, v, self._kv_index[r], self.causal,
+                                                       masks[r], p)
+            o = o.reshape(s, b, -1)
+            keep = {"qkv_input": x, "q": q, "k": k, "v": v}
+            if not self.recompute_core:
+                keep["softmax_output"] = probs
+                if masks[r] is not None:
+                    keep["softmax_dropout_mask"] = masks[r]
+                    keep["softmax_dropout_output"] = dropped
+            keep["attn_proj_input"] = o
+            self.saved.append(keep)
+            zs.append(o @ self.shards["wo"][r])
+        self._meta = (s, b)
+        return zs
+
+    def backward_partial(self, dzs: list[np.ndarray], xs: list[np.ndarray] | None = None
+                         ) -> list[np.ndarray]:
+        """Per rank: dL/dz (s, b, d) -> PARTIAL dL/dx_r; fills ``grads`` and ``shard_grads``.
+
+        ``xs``: the projection inputs when the caller did not keep them (sequence parallelism
+        re-gathers them); by default the saved ``qkv_input``. With KV replication, the K/V
+        weight gradients of the replicas of each KV head are all-reduced in :attr:`kv_groups`.
+        """
+        if self._meta is None:
+            raise ValueError("call forward before backward")
+        s, b = self._meta
+        p = self.dropout_p or 0.0
+        masks = self._masks(s, b) if self.recompute_core else [None] * self.tp
+        dxs = []
+        g = {"wq": [], "wk": [], "wv": [], "wo": []}
+        for r, dz in enumerate(dzs):
+            sv = self.saved[r]
+            x = sv["qkv_input"] if xs is None else xs[r]
+            q, k, v, o = sv["q"], sv["k"], sv["v"], sv["attn_proj_input"]
+            if self.recompute_core:
+                _, probs, dropped = attention_core_forward(q, k, v, self._kv_index[r],
+                                                           self.causal, masks[r], p)
+                mask = masks[r]
+            else:
+                probs = sv["softmax_output"]
+                mask = sv.get("softmax_dropout_mask")
+                dropped = sv.get("softmax_dropout_output", probs)
+            do, dwo = linear_backward(o, self.shards["wo"][r], dz)
+            dq, dk, dv = attention_core_backward(do.reshape(q.shape), q, k, v, self._kv_index[r],
+                                                 probs, dropped, mask, p)
+            dx, dwq = linear_backward(x, self.shards["wq"][r], dq.reshape(s, b, -1))
+            dxk, dwk = linear_backward(x, self.shards["wk"][r], dk.reshape(s, b, -1))
+            dxv, dwv = linear_backward(x, self.shards["wv"][r], dv.reshape(s, b, -1))
+            dxs.append(dx + dxk + dxv)
+            for key, val in (("wq", dwq), ("wk", dwk), ("wv", dwv), ("wo", dwo)):
+                g[key].append(val)
+        if self.split.replicas > 1:
+            for key in ("wk", "wv"):
+                for j, grp in enumerate(self.kv_groups):
+                    ranks = [r for r in range(self.tp) if self.split.kv_heads(r) == [j]]
+                    red = grp.all_reduce([g[key][r] for r in ranks], tag=f"kv_replica.{key}")
+                    for r, val in zip(ranks, red, strict=True):
+                        g[key][r] = val
+        self.shard_grads = g
+        R = self.split.replicas
+        self.grads = {
+            "wq": np.concatenate(g["wq"], axis=1),
+            "wk": np.concatenate(g["wk"][::R], axis=1),
+            "wv": np.concatenate(g["wv"][::R], axis=1),
+            "wo": np.concatenate(g["wo"], axis=0),
+        }
+        return dxs
+
+    # -- with f and g --------------------------------------------------------------------------
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The all-reduced output y, shape like x. Ledger: one all-reduce (g.forward)."""
+        x3, squeeze = _as_sbd(x, self.d)
+        xs = self.f.forward(x3)
+        ys = self.g.forward(self.forward_partial(xs))
+        self._squeeze = squeeze
+        self.outputs = ys
+        return ys[0][:, 0, :] if squeeze else ys[0]
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        """dL/dx, shape like x. Ledger: one all-reduce (f.backward)."""
+        if self._meta is None:
+            raise ValueError("call forward before backward")
+        dy = np.asarray(dy, dtype=np.float64)
+        dy3 = dy[:, None, :] if self._squeeze else dy
+        s, b = self._meta
+        if dy3.shape != (s, b, self.d):
+            raise ValueError(f"dy has shape {dy.shape}: pass the gradient of forward's output")
+        dxs = self.backward_partial(self.g.backward(dy3))
+        dx = self.f.backward(dxs)[0]
+        return dx[:, 0, :] if self._squeeze else dx
+
+    # -- accounting ----------------------------------------------------------------------------
+    def saved_bytes(self, rank: int = 0, act_bytes: int = 2, mask_bytes: int = 1
+                    ) -> dict[str, int]:
+        """Bytes of each tensor ``rank`` keeps for backward, in Korthikanti et al.'s accounting
+        (``act_bytes`` per activation element, ``mask_bytes`` per dropout-mask element)."""
+        if not self.saved:
+            raise ValueError("call forward first: nothing is saved yet")
+        return {k: v.size * (mask_bytes if k.endswith("mask") else act_bytes)
+                for k, v in self.saved[rank].items()}
+
+    def kv_replication(self, dtype: str = "bf16", tokens: int = 0) -> dict[str, int]:
+        """The cost of the KV layout, in bytes of ``dtype``:
+
+        * ``replicas``: ranks per KV head; ``kv_heads_per_rank``;
+        * ``kv_weight_bytes_per_rank``: W_K and W_V bytes one rank holds;
+        * ``kv_weight_bytes_extra``: bytes stored across all ranks beyond one copy;
+        * ``kv_cache_bytes_per_token_per_rank`` and ``..._extra`` (K and V of one token);
+        * ``kv_cache_bytes_per_rank`` for ``tokens`` cached tokens.
+        """
+        e = Fraction(bytes_per_element(dtype))
+        kv_w = 2 * self.d * self.split.kv_heads_per_rank * self.d_head
+        full_w = 2 * self.d * self.n_kv_heads * self.d_head
+        per_tok = 2 * self.split.kv_heads_per_rank * self.d_head
+        full_tok = 2 * self.n_kv_heads * self.d_head
+        return {
+            "replicas": self.split.replicas,
+            "kv_heads_per_rank": self.split.kv_heads_per_rank,
+            "kv_weight_bytes_per_rank": int(e * kv_w),
+            "kv_weight_bytes_extra": int(e * (self.tp * kv_w - full_w)),
+            "kv_cache_bytes_per_token_per_rank": int(e * per_tok),
+            "kv_cache_bytes_per_token_extra": int(e * (self.tp * per_tok - full_tok)),
+            "kv_cache_bytes_per_rank": int(e * per_tok * tokens),
+        }
