@@ -1,0 +1,165 @@
+"""SymPy derivations of pipeline makespans and bubbles, from each schedule's critical path.
+
+Conventions (the literature uses both; we always say which):
+
+* **bubble fraction** (idle share of total rank-time): ``1 - busy / (P * makespan)``, e.g.
+  GPipe's ``(P-1)/(M+P-1)`` (Huang et al. 2019);
+* **bubble ratio** (bubble time relative to ideal compute time): ``idle / busy``, e.g.
+  ``(P-1)/M`` for GPipe/1F1B and ``(P-1)/(v M)`` for interleaved 1F1B (Narayanan et al. 2021,
+  SC21, sec. 2.2).
+
+Costs are per stage: ``t_F`` forward, ``t_B`` backward (for ``zb-h1`` only its input-gradient
+part, ``t_W`` the weight-gradient part). With interleaving, ``t_F`` and ``t_B`` are per model
+chunk (a rank's whole share of the model costs ``v t_F`` forward), which is the simulator's
+convention (:func:`tpp.pipeline.simulate`). Each makespan is the length of a critical path written
+as segments ``(what, time)``; the tests check them against the simulator exactly.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import cache
+
+import sympy as sp
+
+P, M, v = sp.symbols("P M v", positive=True, integer=True)
+t_F, t_B, t_W = sp.symbols("t_F t_B t_W", nonnegative=True)
+
+SYMBOLS = {"P": P, "M": M, "v": v, "t_F": t_F, "t_B": t_B, "t_W": t_W}
+
+
+def _key(name: str) -> str:
+    key = name.lower().replace("_", "-")
+    if key not in ("naive", "gpipe", "1f1b", "interleaved", "zb-h1"):
+        raise ValueError(
+            f"unknown schedule {name!r}: use one of naive, gpipe, 1f1b, interleaved, zb-h1"
+        )
+    return key
+
+
+def critical_path(name: str) -> list[tuple[str, sp.Expr]]:
+    """Segments of a critical path of schedule ``name`` (uniform costs, free transfers).
+
+    * naive: M times the trip of one microbatch, P forwards then P backwards.
+    * gpipe: fill (microbatch 0 through stages 0..P-2), the last stage's M forwards and
+      M backwards back to back, drain (backward of microbatch M-1 through stages P-2..0).
+    * 1f1b: the same fill and drain around the last stage, which alternates F and B for M
+      microbatches without waiting (its next forward is ready before its backward ends).
+    * interleaved: fill through the P-1 first stages, then the last rank runs all of its
+      v M chunk-forwards and v M chunk-backwards without a gap, then drain through P-1 stages.
+    * zb-h1 (valid for M >= P): the longest of three paths, each a lower bound that some rank
+      meets. (a) Through the last rank: fill, its M forwards, M input-gradients and the M - P
+      weight-gradients it runs before its last I (it defers P - 1 of them), the last input
+      gradient up P - 1 ranks, and rank 0's final W. (b) Rank 0: its head wait of P - 1
+      input-gradient times (nothing can fill it: no I has run yet), then all its own
+      M (t_F + t_B + t_W) of work. (c) The last rank: the fill, then all its work without a gap.
+      Segments are labelled (a), (b), (c); :func:`makespan` takes their ``Max``.
+    """
+    key = _key(name)
+    if key == "naive":
+        return [("M trips of one microbatch: P forwards", M * P * t_F),
+                ("... and P backwards", M * P * t_B)]
+    if key == "gpipe":
+        return [("fill: microbatch 0 through stages 0..P-2", (P - 1) * t_F),
+                ("last stage: M forwards", M * t_F),
+                ("last stage: M backwards", M * t_B),
+                ("drain: backward of microbatch M-1 through stages P-2..0", (P - 1) * t_B)]
+    if key == "1f1b":
+        return [("fill: microbatch 0 through stages 0..P-2", (P - 1) * t_F),
+                ("last stage: M forward/backward pairs, no gap", M * (t_F + t_B)),
+                ("drain: backward of microbatch M-1 through stages P-2..0", (P - 1) * t_B)]
+    if key == "interleaved":
+        return [("fill: microbatch 0 through stages 0..P-2", (P - 1) * t_F),
+                ("last rank: v M chunk forward/backward pairs, no gap", v * M * (t_F + t_B)),
+                ("drain: backward of microbatch M-1 through stages P-2..0", (P - 1) * t_B)]
+    return [("(a) fill: microbatch 0 through stages 0..P-2", (P - 1) * t_F),
+            ("(a) last rank: M forwards and M input-gradients", M * (t_F + t_B)),
+            ("(a) last rank: the M-P weight-gradients not deferred", (M - P) * t_W),
+            ("(a) last input gradient up P-1 ranks", (P - 1) * t_B),
+            ("(a) rank 0's last weight-gradient", t_W),
+            ("(b) rank 0: head wait for its first input gradient", (P - 1) * t_B),
+            ("(b) rank 0: all its work", M * (t_F + t_B + t_W)),
+            ("(c) fill: microbatch 0 through stages 0..P-2", (P - 1) * t_F),
+            ("(c) last rank: all its work, no gap", M * (t_F + t_B + t_W))]
+
+
+@cache
+def makespan(name: str) -> sp.Expr:
+    """Makespan of schedule ``name``: the sum of its critical-path segments (see
+    :func:`critical_path`); for zb-h1 the ``Max`` of its three paths, written as the common
+    work ``M (t_F + t_B + t_W)`` plus ``(P - 1) Max(...)`` of the per-path excesses."""
+    segments = critical_path(name)
+    if _key(name) != "zb-h1":
+        return sp.factor(sp.expand(sum(t for _, t in segments)))
+    work = M * (t_F + t_B + t_W)
+    excess = []
+    for path in ("(a)", "(b)", "(c)"):
+        length = sum(t for label, t in segments if label.startswith(path))
+        excess.append(sp.factor(sp.expand((length - work) / (P - 1))))
+    return work + (P - 1) * sp.Max(*excess)
+
+
+@cache
+def busy_per_rank(name: str) -> sp.Expr:
+    """Compute time of one rank: M (t_F + t_B) (+ M t_W for zb-h1; v M chunks if interleaved)."""
+    key = _key(name)
+    if key == "interleaved":
+        return v * M * (t_F + t_B)
+    if key == "zb-h1":
+        return M * (t_F + t_B + t_W)
+    return M * (t_F + t_B)
+
+
+@cache
+def bubble_time(name: str) -> sp.Expr:
+    """Idle time of one rank (the same on every rank for these schedules): makespan - busy."""
+    return sp.simplify(makespan(name) - busy_per_rank(name))
+
+
+@cache
+def bubble_fraction(name: str) -> sp.Expr:
+    """Idle share of total rank-time, ``1 - P busy / (P makespan)`` (GPipe's convention)."""
+    return sp.factor(sp.simplify(1 - busy_per_rank(name) / makespan(name)))
+
+
+@cache
+def bubble_ratio(name: str) -> sp.Expr:
+    """Bubble time relative to ideal compute time, ``idle / busy`` (Megatron's convention)."""
+    return sp.factor(sp.simplify(bubble_time(name) / busy_per_rank(name)))
+
+
+def seed1_interleaved_bubble() -> sp.Expr:
+    """The interleaved bubble **as stated in seed 1, sec. 3.4**: (1/v) (P-1)/(M+P-1).
+
+    It is neither convention: the share of rank-time is (P-1)/(v M + P - 1) and the ratio to
+    ideal time is (P-1)/(v M); kept here so that the chapters can compare it with both.
+    """
+    return (P - 1) / (v * (M + P - 1))
+
+
+def evaluate(expr: sp.Expr, **values: int | Fraction) -> int | Fraction:
+    """Substitute ``P=..., M=..., t_F=...`` (names of :data:`SYMBOLS`) and return an exact
+    ``int`` or ``Fraction`` (floats are refused: use Fractions for exact comparisons)."""
+    subs = {}
+    for k, x in values.items():
+        if k not in SYMBOLS:
+            raise ValueError(f"unknown symbol {k!r}: use one of {', '.join(SYMBOLS)}")
+        if isinstance(x, float):
+            raise ValueError(f"{k}={x!r} is a float: pass an int or fractions.Fraction")
+        subs[SYMBOLS[k]] = sp.Rational(x.numerator, x.denominator) if isinstance(
+            x, Fraction) else sp.Integer(x)
+    out = sp.sympify(expr.xreplace(subs))
+    if not out.is_Rational:
+        missing = sorted(str(s) for s in out.free_symbols)
+        raise ValueError(f"expression still depends on {', '.join(missing)}: give their values")
+    return int(out) if out.is_Integer else Fraction(int(out.p), int(out.q))
+
+
+def qi2023_zb_h1_bubble_time() -> sp.Expr:
+    """ZB-H1's per-rank bubble as stated by Qi et al. 2023 (sec. 3.1): (P-1)(t_F + t_B - t_W).
+
+    It agrees with :func:`bubble_time` ("zb-h1"), ``(P-1) Max(t_F + t_B - t_W, t_B, t_F)``,
+    exactly when t_W <= min(t_F, t_B); otherwise rank 0's unfillable head wait (P-1) t_B or the
+    last rank's fill (P-1) t_F is longer.
+    """
+    return (P - 1) * (t_F + t_B - t_W)
