@@ -218,9 +218,15 @@ def test_send_records_p2p():
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
 def test_all_to_all_is_a_transpose_of_blocks(n):
     arrays = [np.array([[100 * src + dst] for dst in range(n)], dtype=float) for src in range(n)]
-    out = ProcessGroup(n).all_to_all(arrays)
+    g = ProcessGroup(n)
+    out = g.all_to_all(arrays)
     for r in range(n):
         np.testing.assert_array_equal(out[r][:, 0], [100 * src + r for src in range(n)])
+    # each rank keeps its own block and sends the other n-1 blocks of 8 bytes directly
+    rec = g.ledger[-1]
+    assert rec.payload_bytes == n * 8
+    assert rec.bytes_sent_per_rank == ((n - 1) * 8,) * n
+    assert rec.steps == n - 1 and rec.algorithm == ("pairwise" if n > 1 else "none")
 
 
 # ---------------------------------------------------------------- closed forms
@@ -287,6 +293,9 @@ def test_reduce_scatter_not_divisible():
     with pytest.raises(ValueError, match="axis 0 has length 10, not divisible by the group size 4:"
                        " pad"):
         g.reduce_scatter([np.ones(10)] * 4)
+    with pytest.raises(ValueError, match="axis 0 has length 5, not divisible by the group size "
+                       "4: pad that axis to a multiple of 4"):
+        g.all_to_all([np.ones(5)] * 4)
     with pytest.raises(ValueError, match="axis=2 is out of range"):
         g.reduce_scatter([np.ones((4, 4))] * 4, axis=2)
 

@@ -57,14 +57,19 @@ def test_gqa_kv_replication_in_memory_terms():
     # 4 KV heads, TP 8: each rank keeps 1 whole KV head (not 1/2)
     terms = memory.activation_terms_per_layer(16, 1, 64, 8, 8, n_kv_heads=4)
     assert terms["k"] == 2 * 16 * 1 * 8  # one head of width 8
-    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
-        memory.activation_terms_per_layer(16, 1, 96, 12, 12, n_kv_heads=8)
+    # 24 heads, 8 KV heads, TP 12: 12 ranks cannot share 8 KV heads evenly
+    with pytest.raises(ValueError, match="TP=12 > n_kv_heads=8 needs TP to be a multiple of "
+                       "n_kv_heads to replicate KV heads: use TP=8 or a multiple"):
+        memory.activation_terms_per_layer(16, 1, 96, 24, 12, n_kv_heads=8)
+    with pytest.raises(ValueError, match="a=12 heads must be a multiple of n_kv_heads=8.*change "
+                                         "n_kv_heads"):
+        memory.activation_terms_per_layer(16, 1, 96, 12, 4, n_kv_heads=8)
 
 
 def test_invalid_memory_configs():
     with pytest.raises(ValueError, match="pass t=1"):
         memory.korthikanti_activation_bytes(8, 1, 8, 2, 2, "none")
-    with pytest.raises(ValueError, match="scheme='tp_x'"):
+    with pytest.raises(ValueError, match="scheme='tp_x': use one of none, tp, tp_sp"):
         memory.korthikanti_activation_bytes(8, 1, 8, 2, 2, "tp_x")
     with pytest.raises(ValueError, match="TP=3 must divide the number of heads a=4"):
         memory.activation_bytes_per_layer(6, 1, 8, 4, 3)
@@ -125,7 +130,7 @@ def test_tp_comm_time_by_hand():
     t = tp.tp_comm_time(8, 4096, 4096, 8, 450e9, 2e-6, phase="forward")
     assert t == pytest.approx(2 * (14 * 2e-6 + 1.75 * 268435456 / 450e9), rel=1e-12)
     assert tp.tp_comm_time(8, 4096, 4096, 1, 450e9, 2e-6) == 0.0
-    with pytest.raises(ValueError, match="bandwidth"):
+    with pytest.raises(ValueError, match="bandwidth=0 must be > 0 bytes/s"):
         tp.tp_comm_time(1, 1, 1, 2, 0)
 
 
@@ -133,7 +138,7 @@ def test_ring_factor_and_steps():
     assert tp.ring_factor("all_reduce", 8) == Fraction(7, 4)
     assert tp.ring_factor("all_gather", 4) == Fraction(3, 4)
     assert tp.ring_steps("all_reduce", 8) == 14
-    with pytest.raises(ValueError, match="unknown op"):
+    with pytest.raises(ValueError, match="unknown op 'gather': use one of all_reduce"):
         tp.ring_steps("gather", 8)
 
 
@@ -148,7 +153,7 @@ def test_training_layer_time_and_crossover():
     times_nv = {t: tp.tp_training_layer_time(8, 4096, 4096, t, fl, 989e12, 450e9).total
                 for t in (1, 2, 4, 8)}
     assert tp.tp_crossover_degree(times_nv) > 1
-    with pytest.raises(ValueError, match="times is empty"):
+    with pytest.raises(ValueError, match="times is empty: pass {tp_degree: seconds}"):
         tp.tp_crossover_degree({})
 
 
@@ -200,5 +205,5 @@ def test_training_crossover_bandwidth_flips_the_order():
         times = {t: tp.tp_training_layer_time(8, 4096, 4096, t, fl, 989e12, bw * f).total
                  for t in (4, 8)}
         assert tp.tp_crossover_degree(times) == winner
-    with pytest.raises(ValueError, match="t_high > t_low"):
+    with pytest.raises(ValueError, match="need t_high > t_low >= 1, got t_low=8, t_high=4"):
         tp.tp_crossover_bandwidth(8, 4096, 4096, 8, 4, fl, 989e12)

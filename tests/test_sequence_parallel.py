@@ -200,11 +200,11 @@ def test_block_errors():
     w = init_block_weights(8, 4, seed=0)
     with pytest.raises(ValueError, match="s=3 must be divisible by TP=2"):
         ShardedTransformerBlock(w, 2, 4, sequence_parallel=True).forward(np.ones((3, 8)))
-    with pytest.raises(ValueError, match="recompute='some'"):
+    with pytest.raises(ValueError, match="recompute='some': use one of none, selective, full"):
         ShardedTransformerBlock(w, 2, 4, recompute="some")
     with pytest.raises(ValueError, match=r"dropout_p=1\.0 must be a float in \[0, 1\)"):
         TransformerBlock(w, 4, dropout_p=1.0)
-    with pytest.raises(ValueError, match="weights lack"):
+    with pytest.raises(ValueError, match=r"weights lack \['w2'\]: pass a dict with keys"):
         TransformerBlock({k: v for k, v in w.items() if k != "w2"}, 4)
     w_gqa = init_block_weights(8, 4, 2, seed=0)
     with pytest.raises(ValueError, match="TP=4 must divide n_kv_heads=2: lower TP to 2 or pass "

@@ -3,7 +3,9 @@
 import pytest
 import sympy as sp
 from tpp import serving
+from tpp.costs import memory
 from tpp.hardware import GB, GiB, MiB
+from tpp.models import ModelConfig
 from tpp.symbolic import tp_costs as S
 
 SEED = dict(n_params=70e9)  # the seed's "70B model in fp16 is 140 GB"
@@ -47,10 +49,24 @@ def test_invalid_configs():
         serving.decode_step("llama2_70b", 16, 16, replicate_kv=False)
     with pytest.raises(ValueError, match="TP=3 must divide n_heads=64"):
         serving.decode_step("llama2_70b", 3, 16)
-    with pytest.raises(ValueError, match="compute_model"):
+    with pytest.raises(ValueError, match="compute_model='flops': use 'memory' or 'roofline'"):
         serving.decode_step("llama2_70b", 2, 16, compute_model="flops")
-    with pytest.raises(ValueError, match="unknown link"):
+    with pytest.raises(ValueError, match="unknown link 'nvlink9': use one of .*nvlink4"):
         serving.decode_step("llama2_70b", 2, 16, "nvlink9")
+
+
+def test_kv_replication_needs_a_multiple_of_the_kv_heads():
+    # 24 query heads, 8 KV heads: TP 12 divides the query heads, but 12 ranks cannot share
+    # 8 KV heads evenly (replication needs TP to be a multiple of 8)
+    cfg = ModelConfig("gqa24", 2, 96, 24, 8, 256, 100, 1e6, "test")
+    with pytest.raises(ValueError, match="TP=12 exceeds n_kv_heads=8 and is not a multiple of "
+                                         "it.*use TP=8 or a multiple of 8"):
+        serving.decode_step(cfg, 12, 4)
+    with pytest.raises(ValueError, match="use TP=8 or a multiple of 8"):
+        memory.layer_params_per_rank(cfg, 12, replicate_kv=True)
+    # TP 24 = 3 x 8 replicates each KV head on 3 ranks: every rank reads one KV head
+    st = serving.decode_step(cfg, 24, 4, context_len=10)
+    assert st.kv_bytes_per_gpu == 2 * 4 * 10 * 2 * 2 * 1 * 4  # bf16, K+V, 2 layers, d_head 4
 
 
 # ---- the second seed's numbers ---------------------------------------------------------------
@@ -134,3 +150,23 @@ def test_symbolic_decode_time_equals_numeric():
     expr = S.decode_step_time().subs({S.N: 70e9, S.e: 2, S.t: 4, S.B_mem: 3.35e12, S.L: 80,
                                       S.batch: 32, S.h: 8192, S.B_link: 450e9})
     assert float(expr) == pytest.approx(st.step_time, rel=1e-12)
+
+
+def test_symbolic_decode_time_with_latency_equals_numeric():
+    st = serving.decode_step("llama2_70b", 8, 16, latency=2e-6, **SEED)
+    expr = S.decode_step_time(latency=True).subs({
+        S.N: 70e9, S.e: 2, S.t: 8, S.B_mem: 3.35e12, S.L: 80, S.batch: 16, S.h: 8192,
+        S.B_link: 450e9, S.alpha: 2e-6})
+    assert float(expr) == pytest.approx(st.step_time, rel=1e-12)
+    # the latency term by hand: 160 all-reduces x 2(8-1) ring steps x 2 us
+    assert st.allreduce_latency_time == pytest.approx(160 * 14 * 2e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_symbolic_tp_ring_factor_equals_bus_factor(op):
+    from tpp.collectives import bus_factor
+    for n in range(1, 17):
+        f = bus_factor(op, n)
+        assert S.ring_factor(op).subs(S.t, n) == sp.Rational(f.numerator, f.denominator)
+    with pytest.raises(ValueError, match="unknown op 'gather': use one of all_reduce"):
+        S.ring_factor("gather")

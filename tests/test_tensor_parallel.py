@@ -241,3 +241,18 @@ def test_invalid_linear_inputs():
         row.forward([np.ones((2, 3))] * 3)
     with pytest.raises(ValueError, match="got 2 arrays for TP=3"):
         row.forward([np.ones((2, 2))] * 2)
+
+
+def test_linear_backward_checks_dy_shape():
+    col = ColumnParallelLinear(np.ones((3, 6)), 2)
+    col.forward(np.ones((4, 3)))
+    with pytest.raises(ValueError, match=r"dy has shape \(4, 6\) but the local output has shape "
+                       r"\(4, 3\): pass the gradient of forward's output"):
+        col.backward([np.ones((4, 6))] * 2)
+    row = RowParallelLinear(np.ones((6, 5)), 2)
+    row.forward([np.ones((4, 3))] * 2)
+    with pytest.raises(ValueError, match=r"dy has shape \(4, 3\) but the output has shape "
+                       r"\(4, 5\): pass the gradient"):
+        row.backward(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="call forward before backward"):
+        RowParallelLinear(np.ones((6, 5)), 2).backward(np.ones((4, 5)))

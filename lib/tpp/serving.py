@@ -21,6 +21,7 @@ from fractions import Fraction
 from tpp.costs.tp import ring_factor, ring_steps
 from tpp.hardware import GPU, Link, bytes_per_element, gpu, link
 from tpp.models import ModelConfig, model
+from tpp.tensor_parallel.attention import attention_split
 
 __all__ = ["DecodeStep", "decode_step", "scaling_curve", "crossover_bandwidth",
            "best_tp_degree"]
@@ -132,16 +133,8 @@ def decode_step(
         raise ValueError(f"mfu={mfu} must be in (0, 1]")
     if latency < 0:
         raise ValueError(f"latency={latency} must be >= 0 seconds")
-    if m.n_heads % tp:
-        raise ValueError(f"TP={tp} must divide n_heads={m.n_heads} of {m.name}: lower TP")
-    if tp > m.n_kv_heads and not replicate_kv:
-        raise ValueError(f"TP={tp} must divide n_kv_heads={m.n_kv_heads}: lower TP to "
-                         f"{m.n_kv_heads} or pass replicate_kv=True")
-    if tp <= m.n_kv_heads and m.n_kv_heads % tp:
-        raise ValueError(f"TP={tp} must divide n_kv_heads={m.n_kv_heads}: lower TP")
-    if tp > m.n_kv_heads and tp % m.n_kv_heads:
-        raise ValueError(f"TP={tp} must be a multiple of n_kv_heads={m.n_kv_heads} to "
-                         "replicate KV heads: change TP")
+    # the GQA divisibility rules live in one place: tpp.tensor_parallel.attention
+    kv_heads_r = attention_split(m.n_heads, m.n_kv_heads, tp, replicate_kv).kv_heads_per_rank
 
     e = Fraction(bytes_per_element(dtype))
     n = m.params if n_params is None else n_params
@@ -154,7 +147,6 @@ def decode_step(
         raise ValueError("memory_bandwidth and link_bandwidth must be > 0 bytes/s")
 
     weight_bytes = Fraction(n) * e / tp
-    kv_heads_r = m.n_kv_heads // tp if tp <= m.n_kv_heads else 1
     kv_bytes = e * batch * context_len * 2 * m.n_layers * kv_heads_r * m.d_head
     memory_time = float((weight_bytes + kv_bytes) / Fraction(b_mem))
     compute_time = float(2 * Fraction(n) * batch / tp / Fraction(g.peak_flops_bf16 * mfu))

@@ -24,6 +24,7 @@ from fractions import Fraction
 
 from tpp.hardware import bytes_per_element
 from tpp.models import ModelConfig
+from tpp.tensor_parallel.attention import attention_split
 
 __all__ = [
     "SCHEMES",
@@ -119,6 +120,9 @@ def activation_terms_per_layer(
         raise ValueError(f"TP={t} must divide d_ff={d_ff}: lower TP")
     if sp and s % t:
         raise ValueError(f"sequence parallelism needs TP={t} to divide s={s}: change s or TP")
+    if a % n_kv:
+        raise ValueError(f"a={a} heads must be a multiple of n_kv_heads={n_kv} (each KV head "
+                         "serves a whole group of query heads): change n_kv_heads")
     dh = h // a
     kv_r = kv_heads_per_rank(n_kv, t)
     seq = s // t if sp else s  # rows of the tensors in the LayerNorm/dropout regions
@@ -170,14 +174,10 @@ def layer_params_per_rank(model: ModelConfig, t: int = 1, replicate_kv: bool = F
     """
     _check_pos("t", t)
     m = model
-    if m.n_heads % t:
-        raise ValueError(f"TP={t} must divide n_heads={m.n_heads}: lower TP")
+    # the GQA divisibility rules (heads, KV heads, replication) of tpp.tensor_parallel.attention
+    kv_r = attention_split(m.n_heads, m.n_kv_heads, t, replicate_kv).kv_heads_per_rank
     if m.d_ff % t:
         raise ValueError(f"TP={t} must divide d_ff={m.d_ff}: lower TP")
-    if t > m.n_kv_heads and not replicate_kv:
-        raise ValueError(f"TP={t} must divide n_kv_heads={m.n_kv_heads}: lower TP to "
-                         f"{m.n_kv_heads} or pass replicate_kv=True")
-    kv_r = kv_heads_per_rank(m.n_kv_heads, t)
     d, dh = m.d_model, m.d_head
     q_o = 2 * d * (m.n_heads // t) * dh
     kv = 2 * d * kv_r * dh

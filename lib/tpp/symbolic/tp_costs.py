@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sympy as sp
 
+from tpp.symbolic import collectives as _coll
+
 __all__ = [
     "s", "b", "h", "a", "t", "L", "e", "f", "k", "N", "B_mem", "B_link", "alpha",
     "korthikanti", "activation_terms", "activation_sum",
@@ -89,12 +91,8 @@ def activation_sum(sp_on: bool = False, recompute: str = "none", tp: bool = True
 
 def ring_factor(op: str = "all_reduce", n: sp.Expr = t) -> sp.Expr:
     """Bytes sent per payload byte: all_reduce ``2(n-1)/n``, reduce_scatter/all_gather
-    ``(n-1)/n``."""
-    table = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-             "all_gather": (n - 1) / n}
-    if op not in table:
-        raise ValueError(f"op={op!r}: use one of {', '.join(table)}")
-    return table[op]
+    ``(n-1)/n`` (the ring derivation of :func:`tpp.symbolic.collectives.ring_factor`, in ``n``)."""
+    return _coll.ring_factor(op).subs(_coll.N, n)
 
 
 def tp_bytes_per_layer(phase: str = "step", sp_on: bool = False) -> sp.Expr:
@@ -127,7 +125,8 @@ def decode_step_time(n_ar_per_layer: int = 2, latency: bool = False) -> sp.Expr:
     """
     work = N * e / (t * B_mem)
     comm = n_ar_per_layer * L * ring_factor("all_reduce") * batch * h * e / B_link
-    lat = n_ar_per_layer * L * 2 * (t - 1) * alpha if latency else 0
+    steps = _coll.ring_steps("all_reduce").subs(_coll.N, t)
+    lat = n_ar_per_layer * L * steps * alpha if latency else 0
     return work + comm + lat
 
 

@@ -123,7 +123,7 @@ def _onehot(kv_index: np.ndarray, n_kv: int) -> np.ndarray:
 
 def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_index: np.ndarray,
                            causal: bool = True, mask: np.ndarray | None = None,
-                           p: float = 0.0):
+                           p: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-head attention. ``q``: (s, b, hq, dh); ``k``, ``v``: (s, b, hk, dh); query head ``i``
     uses KV head ``kv_index[i]``. ``mask``: dropout keep-mask (b, hq, s, s) or None.
 
@@ -146,7 +146,8 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_index
 
 def attention_core_backward(do: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                             kv_index: np.ndarray, probs: np.ndarray, dropped: np.ndarray,
-                            mask: np.ndarray | None = None, p: float = 0.0):
+                            mask: np.ndarray | None = None, p: float = 0.0
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of :func:`attention_core_forward`: returns ``(dq, dk, dv)``.
 
     ``dV = P_d^T dO``; ``dP_d = dO V^T``; through dropout; softmax:

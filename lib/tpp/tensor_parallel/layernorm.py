@@ -28,7 +28,8 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
     return (x - mu) * rstd * gamma + beta
 
 
-def layernorm_backward(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float = 1e-5):
+def layernorm_backward(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, eps: float = 1e-5
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns ``(dx, dgamma, dbeta)``; gradients of gamma and beta summed over the tokens of
     ``x`` (a sequence shard gives partial sums)."""
     mu = x.mean(-1, keepdims=True)

@@ -33,7 +33,8 @@ def _as_weight(w: np.ndarray, name: str) -> np.ndarray:
     return w
 
 
-def linear_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray):
+def linear_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Backward of ``y = x @ w``: returns ``(dx, dw) = (dy @ w^T, x^T @ dy)``, summed over
     leading (token) dimensions for dw."""
     dx = dy @ w.T
@@ -50,6 +51,26 @@ def _per_rank(xs, tp: int, what: str) -> list[np.ndarray]:
     return [np.asarray(x, dtype=np.float64) for x in xs]
 
 
+def _shards_backward(
+    xs: list[np.ndarray], shards: list[np.ndarray], dys: list[np.ndarray], output: str
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-rank :func:`linear_backward` of ``y_r = x_r @ W_r``: returns ``(dxs, dWs)``.
+
+    ``output`` names rank r's output in the error message ("the local output", "the output")."""
+    dxs, grads = [], []
+    for x, w, dy in zip(xs, shards, dys, strict=True):
+        expected = x.shape[:-1] + (w.shape[1],)
+        if dy.shape != expected:
+            raise ValueError(
+                f"dy has shape {dy.shape} but {output} has shape {expected}: pass the gradient "
+                "of forward's output"
+            )
+        dx, dw = linear_backward(x, w, dy)
+        dxs.append(dx)
+        grads.append(dw)
+    return dxs, grads
+
+
 class ColumnParallelLinear:
     """``y = x @ W`` with W split along its output axis over ``tp`` ranks.
 
@@ -59,7 +80,8 @@ class ColumnParallelLinear:
         name: name of the split dimension in error messages (e.g. "d_ff").
     """
 
-    def __init__(self, w: np.ndarray, tp: int, name: str = "d_out", weight_name: str = "W"):
+    def __init__(self, w: np.ndarray, tp: int, name: str = "d_out", weight_name: str = "W"
+                 ) -> None:
         self.tp = check_tp(tp)
         w = _as_weight(w, weight_name)
         self.weight_name = weight_name
@@ -87,17 +109,7 @@ class ColumnParallelLinear:
         if self._xs is None:
             raise ValueError("call forward before backward")
         dys = _per_rank(dys, self.tp, "ColumnParallelLinear.backward")
-        dxs, grads = [], []
-        for x, w, dy in zip(self._xs, self.shards, dys, strict=True):
-            if dy.shape != x.shape[:-1] + (w.shape[1],):
-                raise ValueError(
-                    f"dy has shape {dy.shape} but the local output has shape "
-                    f"{x.shape[:-1] + (w.shape[1],)}: pass the gradient of forward's output"
-                )
-            dx, dw = linear_backward(x, w, dy)
-            dxs.append(dx)
-            grads.append(dw)
-        self.shard_grads = grads
+        dxs, self.shard_grads = _shards_backward(self._xs, self.shards, dys, "the local output")
         return dxs
 
     @property
@@ -119,7 +131,8 @@ class RowParallelLinear:
     forward returns the PARTIAL sums z_r (g all-reduces them); backward needs no communication.
     """
 
-    def __init__(self, w: np.ndarray, tp: int, name: str = "d_in", weight_name: str = "W"):
+    def __init__(self, w: np.ndarray, tp: int, name: str = "d_in", weight_name: str = "W"
+                 ) -> None:
         self.tp = check_tp(tp)
         w = _as_weight(w, weight_name)
         self.weight_name = weight_name
@@ -152,17 +165,7 @@ class RowParallelLinear:
         if self._xs is None:
             raise ValueError("call forward before backward")
         dys = _per_rank(dys, self.tp, "RowParallelLinear.backward")
-        dxs, grads = [], []
-        for x, w, dy in zip(self._xs, self.shards, dys, strict=True):
-            if dy.shape != x.shape[:-1] + (self.d_out,):
-                raise ValueError(
-                    f"dy has shape {dy.shape} but the output has shape "
-                    f"{x.shape[:-1] + (self.d_out,)}: pass the gradient of forward's output"
-                )
-            dx, dw = linear_backward(x, w, dy)
-            dxs.append(dx)
-            grads.append(dw)
-        self.shard_grads = grads
+        dxs, self.shard_grads = _shards_backward(self._xs, self.shards, dys, "the output")
         return dxs
 
     @property

@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 
-def _replicate(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup, what: str):
+def _replicate(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup, what: str
+               ) -> list[np.ndarray]:
     """One float64 copy per rank: a single array is replicated, a list is checked and copied."""
     if isinstance(x, np.ndarray):
         x = np.asarray(x, dtype=np.float64)
@@ -54,22 +55,25 @@ def _replicate(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup, what: 
     return [a.copy() for a in xs]
 
 
-def copy_to_tp_region(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup):
+def copy_to_tp_region(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup
+                      ) -> list[np.ndarray]:
     """f forward: identity. Every rank gets (a copy of) the same x; no communication."""
     return _replicate(x, group, "copy_to_tp_region")
 
 
-def copy_to_tp_region_backward(dxs: Sequence[np.ndarray], group: ProcessGroup):
+def copy_to_tp_region_backward(dxs: Sequence[np.ndarray], group: ProcessGroup
+                               ) -> list[np.ndarray]:
     """f backward: all-reduce (sum) of the ranks' partial input gradients dx_r."""
     return group.all_reduce(_replicate(list(dxs), group, "f.backward"), tag="f.backward")
 
 
-def reduce_from_tp_region(zs: Sequence[np.ndarray], group: ProcessGroup):
+def reduce_from_tp_region(zs: Sequence[np.ndarray], group: ProcessGroup) -> list[np.ndarray]:
     """g forward: all-reduce (sum) of the ranks' partial outputs z_r."""
     return group.all_reduce(_replicate(list(zs), group, "g.forward"), tag="g.forward")
 
 
-def reduce_from_tp_region_backward(dy: np.ndarray | Sequence[np.ndarray], group: ProcessGroup):
+def reduce_from_tp_region_backward(dy: np.ndarray | Sequence[np.ndarray], group: ProcessGroup
+                                   ) -> list[np.ndarray]:
     """g backward: identity. Every rank gets (a copy of) dy; no communication."""
     return _replicate(dy, group, "reduce_from_tp_region_backward")
 
@@ -80,11 +84,11 @@ class CopyToTP:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
         """Identity: returns one copy of x per rank."""
         return copy_to_tp_region(x, self.group)
 
-    def backward(self, dxs):
+    def backward(self, dxs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """All-reduce of the per-rank gradients (one ledger entry tagged ``f.backward``)."""
         return copy_to_tp_region_backward(dxs, self.group)
 
@@ -95,10 +99,10 @@ class ReduceFromTP:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
 
-    def forward(self, zs):
+    def forward(self, zs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """All-reduce of the per-rank partial sums (one ledger entry tagged ``g.forward``)."""
         return reduce_from_tp_region(zs, self.group)
 
-    def backward(self, dy):
+    def backward(self, dy: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
         """Identity: returns one copy of dy per rank."""
         return reduce_from_tp_region_backward(dy, self.group)

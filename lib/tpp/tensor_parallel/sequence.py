@@ -57,39 +57,41 @@ def split_sequence(x: np.ndarray, tp: int) -> list[np.ndarray]:
     return [c.copy() for c in np.split(x, tp, axis=0)]
 
 
-def gather_from_sequence_parallel_region(xs: Sequence[np.ndarray], group: ProcessGroup):
+def gather_from_sequence_parallel_region(xs: Sequence[np.ndarray], group: ProcessGroup
+                                         ) -> list[np.ndarray]:
     """Forward: all-gather the sequence shards (axis 0); every rank gets the full sequence."""
     return group.all_gather(_check_list(xs, group, "sp all-gather"), axis=0, tag="sp.all_gather")
 
 
 def gather_from_sequence_parallel_region_backward(dys: Sequence[np.ndarray],
-                                                  group: ProcessGroup):
+                                                  group: ProcessGroup) -> list[np.ndarray]:
     """Backward of the all-gather: reduce-scatter (sum the ranks' full-sequence gradients,
     keep rank r's slice)."""
     dys = _check_list(dys, group, "sp all-gather backward")
     return group.reduce_scatter(dys, axis=0, tag="sp.all_gather.backward")
 
 
-def reduce_scatter_to_sequence_parallel_region(zs: Sequence[np.ndarray], group: ProcessGroup):
+def reduce_scatter_to_sequence_parallel_region(zs: Sequence[np.ndarray], group: ProcessGroup
+                                                ) -> list[np.ndarray]:
     """Forward: reduce-scatter the partial outputs; rank r gets its slice of the sum."""
     zs = _check_list(zs, group, "sp reduce-scatter")
     return group.reduce_scatter(zs, axis=0, tag="sp.reduce_scatter")
 
 
 def reduce_scatter_to_sequence_parallel_region_backward(dys: Sequence[np.ndarray],
-                                                        group: ProcessGroup):
+                                                        group: ProcessGroup) -> list[np.ndarray]:
     """Backward of the reduce-scatter: all-gather the gradient shards."""
     dys = _check_list(dys, group, "sp reduce-scatter backward")
     return group.all_gather(dys, axis=0, tag="sp.reduce_scatter.backward")
 
 
-def scatter_to_sequence_parallel_region(x: np.ndarray, group: ProcessGroup):
+def scatter_to_sequence_parallel_region(x: np.ndarray, group: ProcessGroup) -> list[np.ndarray]:
     """Forward: split a replicated tensor along the sequence (no communication)."""
     return split_sequence(x, group.size)
 
 
 def scatter_to_sequence_parallel_region_backward(dys: Sequence[np.ndarray],
-                                                 group: ProcessGroup):
+                                                 group: ProcessGroup) -> list[np.ndarray]:
     """Backward of the split: all-gather the gradient shards."""
     dys = _check_list(dys, group, "sp scatter backward")
     return group.all_gather(dys, axis=0, tag="sp.scatter.backward")
@@ -101,10 +103,10 @@ class GatherFromSP:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
 
-    def forward(self, xs):
+    def forward(self, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return gather_from_sequence_parallel_region(xs, self.group)
 
-    def backward(self, dys):
+    def backward(self, dys: Sequence[np.ndarray]) -> list[np.ndarray]:
         return gather_from_sequence_parallel_region_backward(dys, self.group)
 
 
@@ -114,10 +116,10 @@ class ReduceScatterToSP:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
 
-    def forward(self, zs):
+    def forward(self, zs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return reduce_scatter_to_sequence_parallel_region(zs, self.group)
 
-    def backward(self, dys):
+    def backward(self, dys: Sequence[np.ndarray]) -> list[np.ndarray]:
         return reduce_scatter_to_sequence_parallel_region_backward(dys, self.group)
 
 
@@ -127,8 +129,8 @@ class ScatterToSP:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> list[np.ndarray]:
         return scatter_to_sequence_parallel_region(x, self.group)
 
-    def backward(self, dys):
+    def backward(self, dys: Sequence[np.ndarray]) -> list[np.ndarray]:
         return scatter_to_sequence_parallel_region_backward(dys, self.group)
