@@ -1,0 +1,116 @@
+"""The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _course_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` that holds ``solutions/`` (else ``start``)."""
+    for d in (start, *start.parents):
+        if (d / "solutions").is_dir():
+            return d
+    return start
+
+
+def _cmd_assign(args: argparse.Namespace) -> int:
+    from tpp.grading.assign import assign, check
+    from tpp.grading.notebook import MasterError
+
+    root = _course_root(Path.cwd())
+    solutions = Path(args.solutions) if args.solutions else root / "solutions"
+    exercises = Path(args.exercises) if args.exercises else root / "exercises"
+    if not solutions.is_dir():
+        print(f"tpp assign: no folder {solutions}: pass --solutions DIR", file=sys.stderr)
+        return 2
+    try:
+        if args.check:
+            drift = check(solutions, exercises)
+            if drift:
+                print(
+                    f"tpp assign --check: {exercises} is out of date; run 'tpp assign':\n"
+                    + drift.describe(),
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"tpp assign --check: {exercises} is up to date")
+            return 0
+        changed = assign(solutions, exercises)
+    except MasterError as exc:
+        print(f"tpp assign: invalid master: {exc}", file=sys.stderr)
+        return 2
+    for name in changed:
+        print(f"wrote {exercises / name}" if "(removed)" not in name else f"removed {name}")
+    if not changed:
+        print(f"{exercises} already up to date")
+    return 0
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    from tpp.grading.grade import GradeOptions, grade_folder
+    from tpp.grading.notebook import MasterError
+
+    root = _course_root(Path.cwd())
+    solutions = Path(args.solutions) if args.solutions else root / "solutions"
+    options = GradeOptions(
+        timeout=args.timeout,
+        workers=args.jobs,
+        force=args.force,
+        memory_mb=args.memory_mb,
+        cpu_seconds=args.cpu_seconds,
+    )
+    try:
+        summary = grade_folder(
+            Path(args.submissions),
+            Path(args.out),
+            solutions=solutions,
+            assignment=args.assignment,
+            options=options,
+            progress=None if args.quiet else print,
+        )
+    except (MasterError, ValueError, FileNotFoundError) as exc:
+        print(f"tpp grade: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(summary.describe())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tpp", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    pa = sub.add_parser("assign", help="regenerate exercises/ from the masters in solutions/")
+    pa.add_argument("--check", action="store_true", help="only check; exit 1 if out of date")
+    pa.add_argument("--solutions", help="folder of master notebooks (default: ./solutions)")
+    pa.add_argument("--exercises", help="folder of generated notebooks (default: ./exercises)")
+    pa.set_defaults(func=_cmd_assign)
+
+    pg = sub.add_parser("grade", help="grade a folder of submitted notebooks")
+    pg.add_argument("submissions", help="folder of submitted *.ipynb (one student per file)")
+    pg.add_argument("--out", required=True, help="results folder (gradebook.csv, feedback/, ...)")
+    pg.add_argument("-j", "--jobs", type=int, default=1, help="parallel kernels (default 1)")
+    pg.add_argument("--timeout", type=float, default=30.0, help="seconds per cell (default 30)")
+    pg.add_argument("--force", action="store_true", help="regrade students already graded")
+    pg.add_argument("--assignment", help="assignment id (default: inferred from the notebooks)")
+    pg.add_argument("--solutions", help="folder of master notebooks (default: ./solutions)")
+    pg.add_argument(
+        "--memory-mb", type=int, default=2048, help="address-space limit of a kernel (MiB)"
+    )
+    pg.add_argument(
+        "--cpu-seconds", type=int, default=120, help="CPU-time limit of a kernel (seconds)"
+    )
+    pg.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    pg.set_defaults(func=_cmd_grade)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
