@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 and make):
 #   make book   - create .venv if missing, install, build the site into _build/html (strict)
 #   make test   - the whole test suite
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
