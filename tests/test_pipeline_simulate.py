@@ -76,6 +76,24 @@ def test_zb_h1_bubble_exact(P, extra, tf, tb, tw):
         assert r.idle[0] == (P - 1) * (tf + tb - tw)
 
 
+@settings(max_examples=50, deadline=None)
+@given(PM, costs, costs, costs)
+def test_zb_h1_bubble_exact_for_every_m(pm, tf, tb, tw):
+    # any M, also M < P: the three paths, with K = max(M, P) (rank 0's wait for its first input
+    # gradient) and the last input gradient climbing max(P - M, 0) ranks to the rank that runs
+    # M deferred W's; for M >= P this is the formula of the test above
+    P, M = pm
+    if tf + tb + tw == 0:
+        tb = Fr(1)
+    r = pp.simulate(pp.schedule("zb-h1", P, M), t_f=tf, t_b=tb, t_w=tw)
+    K = max(M, P)
+    T = max((M + P - 1) * (tf + tb) + max(M - P + 1, 1) * tw,
+            K * tf + (M + P - 1) * tb + M * tw,
+            (M + P - 1) * tf + K * tb + M * tw)
+    assert r.makespan == T
+    assert r.bubble_fraction == 1 - Fr(M * (tf + tb + tw)) / T
+
+
 def test_zb_h1_beats_1f1b_with_equal_costs():
     one = pp.simulate(pp.schedule("1f1b", 4, 8), t_f=1, t_b=2)  # B = I + W
     zb = pp.simulate(pp.schedule("zb-h1", 4, 8), t_f=1, t_b=1, t_w=1)

@@ -106,3 +106,33 @@ def test_errors():
         sym.evaluate(sym.makespan("gpipe"), P=2, M=2, t_F=1.0, t_B=1)
     with pytest.raises(ValueError, match="unknown symbol 'Q': use one of P, M"):
         sym.evaluate(sym.makespan("gpipe"), Q=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 16), st.integers(1, 64), st.sampled_from([Fr(0), Fr(1, 3), Fr(1), Fr(5)]),
+       st.sampled_from([Fr(0), Fr(1, 2), Fr(1), Fr(3)]), st.sampled_from([Fr(0), Fr(1), Fr(4)]))
+def test_symbolic_zb_h1_any_m_equals_simulation(p, m, tf, tb, tw):
+    """Every M, including M < P where critical_path("zb-h1") does not apply."""
+    if tf + tb + tw == 0:
+        tb = Fr(1)
+    r = pp.simulate(pp.schedule("zb-h1", p, m), t_f=tf, t_b=tb, t_w=tw)
+    vals = {"P": p, "M": m, "t_F": tf, "t_B": tb, "t_W": tw}
+    assert sym.evaluate(sym.zb_h1_makespan_any_m(), **vals) == r.makespan
+    if m >= p:
+        assert sym.evaluate(sym.makespan("zb-h1"), **vals) == r.makespan
+
+
+def test_zb_h1_any_m_reduces_to_the_m_ge_p_form():
+    d = sp.Symbol("d", nonnegative=True, integer=True)
+    general = sym.zb_h1_makespan_any_m().subs(M, P + d)
+    assert general.has(sp.Max)
+    for vals in ({t_F: 1, t_B: 1, t_W: 1}, {t_F: 3, t_B: 1, t_W: 2}, {t_F: 1, t_B: 2, t_W: 5},
+                 {t_F: 2, t_B: 3, t_W: 1}):
+        for pv in (1, 2, 5):
+            for dv in (0, 1, 7):
+                sub = {**vals, P: pv, d: dv}
+                assert general.subs(sub) == sym.makespan("zb-h1").subs({**sub, M: pv + dv})
+    # with M < P, e.g. P = 4, M = 2, t_F = 5, t_B = 1, t_W = 3: path (c) is the longest,
+    # 5 t_F + 4 t_B + 2 t_W = 35 (traced by hand on the simulator's timeline)
+    assert sym.evaluate(sym.zb_h1_makespan_any_m(), P=4, M=2, t_F=5, t_B=1, t_W=3) == 35
+    assert pp.simulate(pp.schedule("zb-h1", 4, 2), t_f=5, t_b=1, t_w=3).makespan == 35

@@ -21,7 +21,8 @@ Conventions (the chapters and :mod:`tpp.symbolic.pipeline` use the same):
 
 Closed forms (uniform costs, free transfers), checked exactly by the tests: GPipe and 1F1B
 ``(M + P - 1)(t_f + t_b)``; interleaved ``(v M + P - 1)(t_f + t_b)`` (M a multiple of P);
-ZB-H1 ``M (t_f + t_b + t_w) + (P - 1) max(t_f + t_b - t_w, t_b, t_f)`` for M >= P.
+ZB-H1 ``M (t_f + t_b + t_w) + (P - 1) max(t_f + t_b - t_w, t_b, t_f)`` for M >= P (any M:
+``tpp.symbolic.pipeline.zb_h1_makespan_any_m``).
 """
 
 from tpp.pipeline.builders import (

@@ -54,6 +54,7 @@ def critical_path(name: str) -> list[tuple[str, sp.Expr]]:
       input-gradient times (nothing can fill it: no I has run yet), then all its own
       M (t_F + t_B + t_W) of work. (c) The last rank: the fill, then all its work without a gap.
       Segments are labelled (a), (b), (c); :func:`makespan` takes their ``Max``.
+      For M < P see :func:`zb_h1_critical_paths_any_m`.
     """
     key = _key(name)
     if key == "naive":
@@ -153,6 +154,42 @@ def evaluate(expr: sp.Expr, **values: int | Fraction) -> int | Fraction:
         missing = sorted(str(s) for s in out.free_symbols)
         raise ValueError(f"expression still depends on {', '.join(missing)}: give their values")
     return int(out) if out.is_Integer else Fraction(int(out.p), int(out.q))
+
+
+def zb_h1_critical_paths_any_m() -> list[tuple[str, sp.Expr]]:
+    """The three critical paths of ZB-H1 for **every** M >= 1 (:func:`critical_path` assumes
+    M >= P). With fewer microbatches than ranks, rank r still defers its W's by r microbatches, so
+    the paths change where M and P meet:
+
+    * (a) fill, the last rank's M forwards and M input-gradients, the ``max(M - P, 0)``
+      weight-gradients it runs before its last I, the last input gradient up P - 1 ranks, rank
+      0's final W;
+    * (b) rank 0: its first input gradient arrives after ``max(M, P) t_F + (P - 1) t_B`` (its M
+      forwards, or microbatch 0's trip through all P stages when M < P); then all its
+      ``M (t_B + t_W)`` of backward work without a gap;
+    * (c) fill, the last rank's M forwards and M input-gradients, the last input gradient climbs
+      ``max(P - M, 0)`` ranks to rank ``min(M, P) - 1``, which then runs its M deferred W's.
+
+    For M >= P they are the paths (a), (b), (c) of :func:`critical_path`; the tests check
+    ``Max`` of the three against the simulator for P <= 16, M <= 64.
+    """
+    K = sp.Max(M, P)
+    return [("(a) fill, last rank's M forward/input-gradient pairs", (M + P - 1) * t_F + M * t_B),
+            ("(a) weight-gradients the last rank runs before its last I", sp.Max(M - P, 0) * t_W),
+            ("(a) last input gradient up P-1 ranks, rank 0's last W", (P - 1) * t_B + t_W),
+            ("(b) rank 0: its first input gradient arrives", K * t_F + (P - 1) * t_B),
+            ("(b) rank 0: all its backward work", M * (t_B + t_W)),
+            ("(c) fill, last rank's M forward/input-gradient pairs", (M + P - 1) * t_F + M * t_B),
+            ("(c) last input gradient up to rank min(M, P)-1", sp.Max(P - M, 0) * t_B),
+            ("(c) that rank's M deferred weight-gradients", M * t_W)]
+
+
+def zb_h1_makespan_any_m() -> sp.Expr:
+    """ZB-H1's makespan for every M >= 1: the ``Max`` of the three paths of
+    :func:`zb_h1_critical_paths_any_m`. Equals :func:`makespan` ("zb-h1") when M >= P."""
+    segs = zb_h1_critical_paths_any_m()
+    return sp.Max(*(sum(t for label, t in segs if label.startswith(path))
+                    for path in ("(a)", "(b)", "(c)")))
 
 
 def qi2023_zb_h1_bubble_time() -> sp.Expr:
