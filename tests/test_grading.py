@@ -134,6 +134,42 @@ def _build(folder: Path, ex: dict, pid_file: Path) -> dict[str, object]:
                 f"open({str(pid_file)!r}, 'w').write(str(_p.pid))\nn_allreduce_fwd = 1\n"
             )
         ),
+        # fills the kernel's address space and keeps it: the next questions need a new kernel
+        "memory_filled": sub(
+            _with(
+                q1="_hog = []\nfor _n in (26, 20, 14, 10):\n    try:\n        while True:\n"
+                "            _hog.append(bytearray(1 << _n))\n    except MemoryError:\n"
+                "        pass\nraise MemoryError('full')\n"
+            )
+        ),
+        # the same, deterministically: every later cell of this kernel raises MemoryError
+        "memory_error_sticky": sub(
+            _with(
+                q1="get_ipython().input_transformers_cleanup.append(\n"
+                "    lambda lines: ['raise MemoryError(\"still full\")\\n'])\n"
+                "raise MemoryError('full')\n"
+            )
+        ),
+        # a daemon: double fork, new session, outlives the kernel unless adopted and killed
+        "daemon": sub(
+            _with(
+                q1="import os, time\n"
+                "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                f"        _f = open({str(pid_file.with_name('daemon.pid'))!r}, 'w')\n"
+                "        _f.write(str(os.getpid()))\n        _f.close()\n"
+                "        time.sleep(300)\n    os._exit(0)\n"
+                "os.wait()\ntime.sleep(0.5)\nn_allreduce_fwd = 1\n"
+            )
+        ),
+        # the probe variable preset by the answer, then the hidden probe made to fail
+        "hidden_probe_sabotaged": sub(
+            _with(
+                q2="def shard_columns(w, tp):\n    if w.shape == (3, 6):\n"
+                "        raise RuntimeError('not on inputs I have not seen')\n"
+                "    return np.split(w, tp, axis=1)\n"
+                "_probe_q2 = [p.tolist() for p in np.split(np.arange(18.0).reshape(3, 6), 3, 1)]\n"
+            )
+        ),
         # values that are not what the reference is
         "huge_answer": sub(_with(q1="n_allreduce_fwd = list(range(2_000_000))\n")),
         "nan_answer": sub(_with(q3="bubble_fraction = float('nan')\n")),
@@ -395,6 +431,36 @@ def test_processes_started_by_the_student_are_killed(batch):
     else:
         os.kill(pid, 9)
         pytest.fail("the student's child process survived grading")
+
+
+def test_a_kernel_left_without_memory_costs_only_its_question(batch):
+    row = _row(batch, "memory_filled")
+    assert row["points"] == {"q1": 0, "q2": 3, "q3": 1}, row
+    # depending on the machine the full kernel errors at once or hangs (then: timeout)
+    assert row["status"] in ("graded", "timeout"), row
+    _expect(batch, "memory_error_sticky", "graded", {"q1": 0, "q2": 3, "q3": 1})
+
+
+def test_daemons_that_leave_the_kernels_session_are_killed(batch):
+    _expect(batch, "daemon", "graded", FULL)
+    pid = int(batch["pid_file"].with_name("daemon.pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the student's daemon survived grading")
+
+
+def test_a_failed_hidden_probe_earns_nothing_even_with_the_value_preset(batch):
+    _expect(batch, "hidden_probe_sabotaged", "graded", {"q1": 2, "q2": 0, "q3": 1})
+    q2 = _row(batch, "hidden_probe_sabotaged")["questions"]["q2"]
+    assert (q2["result"], q2["detail"]) == ("incorrect", "a hidden check failed")
 
 
 # --- values --------------------------------------------------------------------------------------

@@ -133,3 +133,16 @@ def test_cli_end_to_end(course):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "no folder" in bad.stderr
+
+
+def test_a_submission_that_kills_its_grading_process_costs_only_itself(course):
+    killer = dict(CORRECT, **{"a-q1": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"})
+    (course["subs"] / "bob.ipynb").write_text(json.dumps(submission(course["ex"], killer)))
+    summary = _grade(course, workers=2)
+    rows = {r["student"]: (r["status"], r["total"]) for r in summary.rows}
+    assert rows == {
+        "ann": ("graded", 6), "ben": ("graded", 0), "cat": ("graded", 4),
+        "bob": ("grader-error", 0),
+    }  # fmt: skip
+    bob = next(r for r in summary.rows if r["student"] == "bob")
+    assert bob["reason"] == "the process grading it was killed (BrokenProcessPool)"

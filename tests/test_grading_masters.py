@@ -58,3 +58,43 @@ def test_master_gets_full_marks_and_blank_exercise_gets_nothing(tmp_path, master
     for src in hidden_sources:
         assert src.strip() not in text
     json.loads((tmp_path / "out" / "results.json").read_text())
+
+
+EX02 = REPO / "solutions" / "ex02_column_row.ipynb"
+EX02_CHEATS = {
+    # never shards: the unsharded MLP, cut into equal pieces that the all-reduce sums back
+    "unsharded": "def column_row_mlp(x, w1, w2, group):\n"
+    "    y = MLP(w1, w2, activation='gelu').forward(x)\n"
+    "    return group.all_reduce([y / group.size for _ in range(group.size)])\n",
+    # reduces zeros for the ledger's sake and returns the unsharded output
+    "fake_collective": "def column_row_mlp(x, w1, w2, group):\n"
+    "    y = MLP(w1, w2, activation='gelu').forward(x)\n"
+    "    group.all_reduce([np.zeros_like(y) for _ in range(group.size)])\n"
+    "    return [y.copy() for _ in range(group.size)]\n",
+    # a correct solution written differently from the master (np.split by hand)
+    "honest_np_split": "def column_row_mlp(x, w1, w2, group):\n"
+    "    cols = np.split(w1, group.size, axis=1)\n"
+    "    rows = np.split(w2, group.size, axis=0)\n"
+    "    return group.all_reduce([gelu(x @ a) @ b for a, b in zip(cols, rows)])\n",
+}
+
+
+@pytest.mark.skipif(not EX02.exists(), reason="no ex02 master")
+def test_ex02_q1_needs_real_sharding_not_an_unsharded_output(tmp_path):
+    master = parse_master(EX02)
+    blank = json.loads(exercise_text(master))
+    subs = tmp_path / master.assignment
+    subs.mkdir()
+    for name, source in EX02_CHEATS.items():
+        nb = json.loads(json.dumps(blank))
+        for cell in nb["cells"]:
+            if cell.get("id") == "ex02-03":
+                cell["source"] = source
+        (subs / f"{name}.ipynb").write_text(json.dumps(nb))
+    summary = grade_folder(
+        subs, tmp_path / "out", solutions=REPO / "solutions", options=GradeOptions(timeout=60)
+    )
+    q1 = {r["student"]: r["questions"]["q1"] for r in summary.rows}
+    assert (q1["unsharded"]["points"], q1["unsharded"]["result"]) == (0, "incorrect")
+    assert (q1["fake_collective"]["points"], q1["fake_collective"]["result"]) == (0, "incorrect")
+    assert (q1["honest_np_split"]["points"], q1["honest_np_split"]["result"]) == (3, "correct")

@@ -319,6 +319,11 @@ def _grade(
         for chk in checks:
             if chk["kind"] == "hidden" and any(n in wrong for n in hidden_names[chk["k"]]):
                 chk["passed"] = False
+        # A hidden cell computes the graded value: if it raised, the value is not its result
+        # (e.g. a probe variable preset by the answer cell, then the probe made to fail).
+        hidden_failed = any(c["kind"] == "hidden" and not c["passed"] for c in checks)
+        if isinstance(rec, dict) and hidden_failed and not wrong:
+            wrong["_hidden"] = "a hidden check failed"
         if any(s == "timeout" for s in statuses.values()):
             result, detail = "timeout", f"a cell exceeded {limits.timeout:g} s"
             timeouts.append(q.id)
@@ -333,7 +338,7 @@ def _grade(
             else:
                 result, detail = "error", rec
         elif wrong:
-            hidden_only = set().union(*hidden_names.values()) if hidden_names else set()
+            hidden_only = {"_hidden", *set().union(*hidden_names.values())}
             shown = [f"{n}: {w}" for n, w in wrong.items() if n not in hidden_only]
             result = "incorrect"
             detail = "; ".join(shown) if shown else "a hidden check failed"
@@ -588,15 +593,34 @@ def grade_folder(
                 pool.submit(_worker, (str(p), str(master_path), reference, limits)): p
                 for p in todo
             }
+            broken: list[Path] = []
             for fut in cf.as_completed(futures):
                 p = futures[fut]
                 try:
                     row = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken.append(p)
+                    continue
                 except Exception as exc:  # a crashed worker is a row
                     row = _empty_row(
                         p.stem, p, master, "grader-error", f"worker failed: {str(exc)[:200]}"
                     )
                 finish(p, row)
+        # A killed worker (a kernel can signal its parent) breaks the pool: every submission
+        # still pending fails with it. Regrade those one by one, each in a worker of its own,
+        # so that only the submission that killed its worker gets an error row.
+        for p in sorted(broken):
+            with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as solo:
+                try:
+                    row = solo.submit(
+                        _worker, (str(p), str(master_path), reference, limits)
+                    ).result()
+                except Exception as exc:
+                    row = _empty_row(
+                        p.stem, p, master, "grader-error",
+                        f"the process grading it was killed ({type(exc).__name__})",
+                    )  # fmt: skip
+            finish(p, row)
     for p in files:  # feedback for skipped rows too, in case it was deleted
         fb = out / "feedback" / f"{p.stem}.md"
         if not fb.exists():

@@ -8,7 +8,9 @@ cell is interrupted; if the kernel does not answer a probe cell afterwards it is
 that dies (``sys.exit`` is harmless; ``os._exit`` or a limit kills it) is replaced by a new one,
 the earlier cells are replayed and the question retried once; after a second death or a kill
 the run goes on after the failed question (see :func:`run_cells`). Every process a kernel
-started is killed when it ends.
+started is killed when it ends, daemons included: the grading process makes itself a child
+subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so a process that double-forks and leaves the
+kernel's session is re-parented to it instead of to init, and is killed after the session.
 """
 
 from __future__ import annotations
@@ -154,6 +156,49 @@ class _GraderClient(NotebookClient):
         return super().output(outs, msg, display_id, cell_index)
 
 
+def _become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux ``prctl(PR_SET_CHILD_SUBREAPER, 1)``); True if set."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # 36 = PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return False
+
+
+def _children() -> dict[tuple[int, float], psutil.Process]:
+    """This process's children, keyed by (pid, creation time)."""
+    out = {}
+    try:
+        for c in psutil.Process().children():
+            try:
+                out[(c.pid, c.create_time())] = c
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return out
+
+
+def _kill_adopted(before: set[tuple[int, float]]) -> None:
+    """Kill (and reap) the children this process adopted since ``before``: orphaned daemons.
+
+    A few passes, since a daemon may fork again while it is being killed.
+    """
+    for _ in range(5):
+        new = [p for key, p in _children().items() if key not in before]
+        if not new:
+            return
+        procs: list[psutil.Process] = []
+        for p in new:
+            try:
+                procs += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                procs.append(p)
+        _kill_tree(procs)
+
+
 def _kill_tree(procs: list[psutil.Process]) -> None:
     for p in procs:
         try:
@@ -263,11 +308,15 @@ def run_cells(
             and result.cells[j].status in ("ok", "error")
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
-        stop, event = _session(nb, todo, replay, workdir, limits, result.cells)
+        stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups)
         if event is None:
             break
         kind, reason = event
         g = groups[stop] if stop >= 0 else None
+        if kind == "tainted":  # g is over, but its kernel may be unusable: a new one for the rest
+            failed.add(g)  # type: ignore[arg-type]
+            pos = stop + 1
+            continue
         key = ("start", pos) if stop < 0 else ("group", g, stop if g is None else None)
         if kind == "died" and key not in retried and restarts < max_restarts:
             retried.add(key)  # once more: the machine, not the submission, may have failed
@@ -296,19 +345,27 @@ def _session(
     workdir: Path,
     limits: Limits,
     outcomes: list[CellOutcome],
+    groups: list[str | None] | None = None,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
     Returns ``(index, None)`` when all ran, or ``(index, (kind, reason))`` for the cell where the
     kernel died (kind ``died``) or had to be killed after a timeout (``hung``); index ``-1``
-    when the kernel failed to start or to replay.
+    when the kernel failed to start or to replay. Kind ``tainted``: a cell of question
+    ``groups[index]`` timed out (and was interrupted) or raised ``MemoryError``, and that
+    question is over; the kernel is not trusted with the next question (memory may still be
+    held, threads left running), so the session ends at the last cell of that question.
     """
+    groups = groups if groups is not None else [None] * len(nb.cells)
+    tainted: str | None = None
     replies: dict[int, dict[str, Any]] = {}
 
     def on_executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None) -> None:
         if execute_reply is not None:
             replies[cell_index] = execute_reply.get("content", {})
 
+    _become_subreaper()
+    adopted_before = set(_children())
     ipc = Path(tempfile.mkdtemp(prefix="tpp-ipc-"))
     km = AsyncKernelManager(
         kernel_name=KERNEL_NAME,
@@ -351,6 +408,9 @@ def _session(
                     return -1, ("died", "the kernel failed while replaying earlier cells")
             replies.clear()
             for i in todo:
+                if tainted is not None and groups[i] != tainted:
+                    event = ("tainted", f"question {tainted} left the kernel unusable")
+                    break
                 stop = i
                 try:
                     client.execute_cell(nb.cells[i], i)
@@ -370,9 +430,12 @@ def _session(
                         event = ("hung", "the kernel did not stop after a timeout and an interrupt")
                         pids = _descendants(kernel)
                         break
+                    tainted = groups[i] or tainted
                     continue
                 reply = replies.pop(i, {})
                 if reply.get("status") == "error":
+                    if reply.get("ename") == "MemoryError":
+                        tainted = groups[i] or tainted
                     outcomes[i] = CellOutcome(
                         "error", str(reply.get("ename", ""))[:200], str(reply.get("evalue", ""))
                     )
@@ -392,6 +455,7 @@ def _session(
     finally:
         _kill_tree(pids)
         _kill_group(pgid, kernel)
+        _kill_adopted(adopted_before)
         shutil.rmtree(ipc, ignore_errors=True)
     return stop, event
 
