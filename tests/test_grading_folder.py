@@ -138,7 +138,17 @@ def test_cli_end_to_end(course):
 def test_a_submission_that_kills_its_grading_process_costs_only_itself(course):
     killer = dict(CORRECT, **{"a-q1": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"})
     (course["subs"] / "bob.ipynb").write_text(json.dumps(submission(course["ex"], killer)))
+    # the kernel's guard refuses to signal another process: bob loses q1 (2 points) only
     summary = _grade(course, workers=2)
+    rows = {r["student"]: (r["status"], r["total"]) for r in summary.rows}
+    assert rows == {
+        "ann": ("graded", 6), "ben": ("graded", 0), "cat": ("graded", 4),
+        "bob": ("graded", 4),
+    }  # fmt: skip
+    bob = next(r for r in summary.rows if r["student"] == "bob")
+    assert "does not allow signalling other processes" in bob["questions"]["q1"]["detail"]
+    # without the guard the worker dies: only bob's row is lost, as a grader error
+    summary = _grade(course, workers=2, guard=False, force=True)
     rows = {r["student"]: (r["status"], r["total"]) for r in summary.rows}
     assert rows == {
         "ann": ("graded", 6), "ben": ("graded", 0), "cat": ("graded", 4),

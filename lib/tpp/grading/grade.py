@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures as cf
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -70,6 +71,7 @@ class GradeOptions:
     force: bool = False
     memory_mb: int = 2048
     cpu_seconds: int = 120
+    guard: bool = True  # run kernels under tpp.grading.guard (see chapters/instructors.md)
 
     def limits(self) -> Limits:
         if self.timeout <= 0:
@@ -77,7 +79,10 @@ class GradeOptions:
         if self.workers < 1:
             raise ValueError(f"-j {self.workers} must be >= 1: pass -j 1 or more")
         return Limits(
-            timeout=self.timeout, memory_mb=self.memory_mb, cpu_seconds=self.cpu_seconds
+            timeout=self.timeout,
+            memory_mb=self.memory_mb,
+            cpu_seconds=self.cpu_seconds,
+            guard=self.guard,
         )
 
 
@@ -344,6 +349,15 @@ def _grade(
             detail = "; ".join(shown) if shown else "a hidden check failed"
         else:
             result, detail = "correct", ""
+        raised = [
+            outcome.cells[i]
+            for i in idx
+            if kinds[i] == "answer" and outcome.cells[i].status == "error"
+        ]
+        if raised and result in ("incorrect", "error"):  # e.g. what the guard refused
+            detail = f"the answer cell raised {raised[0].ename}: {raised[0].evalue}"[:220] + (
+                "; " + detail if detail else ""
+            )
         points = q.points if result == "correct" else 0
         questions[q.id] = {
             "points": points,
@@ -544,6 +558,9 @@ def grade_folder(
     if out.resolve() == submissions.resolve():
         raise ValueError("--out must differ from the submissions folder")
     out.mkdir(parents=True, exist_ok=True)
+    # the kernels' guard must keep submitted code out of the masters and the results
+    protect = {str(p.resolve()) for p in (solutions, master_path.parent, out)}
+    limits = dataclasses.replace(limits, protect=(*limits.protect, *sorted(protect)))
     reference = load_reference(master, limits, out / ".cache")
     key = reference_key(master)
 
@@ -560,6 +577,7 @@ def grade_folder(
                 if (
                     row.get("submission_sha256") == _sha256_file(p)
                     and row.get("reference_key") == key
+                    and row.get("guard", False) == limits.guard  # graded as protected now
                     and row.get("status") != "grader-error"
                 ):
                     rows[p.stem] = row
@@ -571,6 +589,7 @@ def grade_folder(
 
     def finish(p: Path, row: dict[str, Any]) -> None:
         row["submission_sha256"] = _sha256_file(p)
+        row["guard"] = limits.guard
         row["reference_key"] = key
         _atomic_write(out / "rows" / f"{p.stem}.json", json.dumps(row, indent=1, sort_keys=True))
         _atomic_write(out / "feedback" / f"{p.stem}.md", feedback_markdown(row, master))

@@ -1,9 +1,13 @@
-"""Kernel launcher: set resource limits on this process, then exec the real kernel.
+"""Kernel launcher: set resource limits on this process, install the guard, start the kernel.
 
 Used as the ``argv`` of the grader's private kernelspec::
 
-    python launcher.py --memory-mb 2048 --cpu-seconds 120 --file-mb 64 -- \
+    python launcher.py --memory-mb 2048 --cpu-seconds 120 --file-mb 64 [--guard JSON] -- \
         python -m ipykernel_launcher -f {connection_file}
+
+Without ``--guard`` the command is ``exec``-ed. With it, :func:`tpp.grading.guard.install`
+puts an audit hook (and a seccomp filter) in *this* process, and the ``-m`` module runs here,
+in-process (``runpy``), so that every cell of the kernel runs under the hook.
 
 The limits (``resource.setrlimit``) are inherited by everything the kernel starts:
 
@@ -43,7 +47,21 @@ def main(argv: list[str]) -> None:
     if int(values.get("--file-mb", 0)) > 0:
         _limit(resource.RLIMIT_FSIZE, int(values["--file-mb"]) * mib)
     _limit(resource.RLIMIT_CORE, 0)
-    os.execv(cmd[0], cmd)
+    if "--guard" not in values or len(cmd) < 3 or cmd[1] != "-m":
+        os.execv(cmd[0], cmd)
+    import json
+    import runpy
+
+    config = json.loads(values["--guard"])
+    if "-f" in cmd:  # the kernel's own connection file stays readable
+        config.setdefault("allow_read", []).append(cmd[cmd.index("-f") + 1])
+    import guard  # this folder's guard.py; only the standard library
+
+    sys.path[0] = os.getcwd()  # as for ``python -m``: not this file's folder
+    guard.install(config)
+    # IPython's history would be an SQLite file outside the kernel's folder: keep it in memory.
+    sys.argv = [cmd[2], *cmd[3:], "--HistoryManager.hist_file=:memory:"]
+    runpy.run_module(cmd[2], run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

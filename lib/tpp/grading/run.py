@@ -1,16 +1,18 @@
 """Run a rebuilt notebook in a fresh, resource-limited kernel, cell by cell, and survive it.
 
 Each run starts its own kernel through a private kernelspec whose ``argv`` goes through
-:mod:`tpp.grading.launcher` (memory, CPU-time and file-size limits set with ``setrlimit``
-before ``exec``-ing ``ipykernel``). Cells run with nbclient: errors allowed, a per-cell timeout,
-no stdin (``input()`` fails at once), outputs truncated, Unix-socket transport. A timed-out
-cell is interrupted; if the kernel does not answer a probe cell afterwards it is killed. A kernel
-that dies (``sys.exit`` is harmless; ``os._exit`` or a limit kills it) is replaced by a new one,
-the earlier cells are replayed and the question retried once; after a second death or a kill
-the run goes on after the failed question (see :func:`run_cells`). Every process a kernel
-started is killed when it ends, daemons included: the grading process makes itself a child
-subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so a process that double-forks and leaves the
-kernel's session is re-parented to it instead of to init, and is killed after the session.
+:mod:`tpp.grading.launcher` (memory, CPU-time and file-size limits set with ``setrlimit``, then,
+unless ``Limits.guard`` is off, the audit hook of :mod:`tpp.grading.guard` installed before
+``ipykernel`` starts in the same process; see :func:`guard_config`). Cells run with nbclient:
+errors allowed, a per-cell timeout, no stdin (``input()`` fails at once), outputs truncated,
+Unix-socket transport. A timed-out cell is interrupted; if the kernel does not answer a probe
+cell afterwards it is killed. A kernel that dies (``sys.exit`` is harmless; ``os._exit`` or a
+limit kills it) is replaced by a new one, the earlier cells are replayed and the question
+retried once; after a second death or a kill the run goes on after the failed question (see
+:func:`run_cells`). Every process a kernel started is killed when it ends, daemons included: the
+grading process makes itself a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so a process
+that double-forks and leaves the kernel's session is re-parented to it instead of to init, and
+is killed after the session.
 """
 
 from __future__ import annotations
@@ -43,18 +45,21 @@ PROBE_TIMEOUT = 5
 _LOG = logging.getLogger("tpp.grading.nbclient")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
-_SPEC_DIRS: dict[tuple[int, int, int], Path] = {}
+_SPEC_DIRS: dict[tuple[int, int, int, str], Path] = {}
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-run limits: seconds per cell, kernel address space (MiB), CPU seconds, output bytes."""
+    """Per-run limits: seconds per cell, kernel address space (MiB), CPU seconds, output bytes;
+    whether the kernel runs under :mod:`tpp.grading.guard`, and the folders it must not read."""
 
     timeout: float = 30.0
     memory_mb: int = 2048
     cpu_seconds: int = 120
     file_mb: int = 64
     output_bytes: int = 20_000
+    guard: bool = True
+    protect: tuple[str, ...] = ()  # extra read-protected folders (solutions, results)
 
 
 @dataclass
@@ -78,9 +83,37 @@ class RunOutcome:
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
+def guard_config(limits: Limits) -> dict[str, Any]:
+    """What the kernel's guard protects (see :mod:`tpp.grading.guard`).
+
+    Read-protected: ``limits.protect`` (the grader passes the solutions and results folders),
+    every ``solutions/`` and ``.git`` at or above the ``tpp`` package (the course repository),
+    the Jupyter runtime folder (other kernels' connection files) and the grader's temporary
+    folders (``tpp-grade-*``, ``tpp-ipc-*``, ``tpp-kernels-*``) other than the kernel's own.
+    Writable: only the kernel's own temporary folder, and ``/dev/null``.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    import tpp
+
+    read = {str(Path(p).resolve()) for p in limits.protect}
+    for d in Path(tpp.__file__).resolve().parents:
+        for name in ("solutions", ".git"):
+            if (d / name).exists():
+                read.add(str(d / name))
+    read.add(str(Path(jupyter_runtime_dir()).resolve()))
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    return {
+        "read": sorted(read),
+        "read_prefixes": [[tmp, "tpp-grade-"], [tmp, "tpp-ipc-"], [tmp, "tpp-kernels-"]],
+        "write": ["/dev/null"],
+    }
+
+
 def _kernelspec_dir(limits: Limits) -> Path:
     """A private kernelspec folder whose kernel starts through the limiting launcher."""
-    key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb)
+    guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
+    key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard)
     if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
         return _SPEC_DIRS[key]
     root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
@@ -94,6 +127,7 @@ def _kernelspec_dir(limits: Limits) -> Path:
         "--memory-mb", str(limits.memory_mb),
         "--cpu-seconds", str(limits.cpu_seconds),
         "--file-mb", str(limits.file_mb),
+        *(["--guard", guard] if guard else []),
         "--",
         sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
     ]  # fmt: skip
