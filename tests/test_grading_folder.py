@@ -135,6 +135,23 @@ def test_cli_end_to_end(course):
     assert bad.returncode == 2 and "no folder" in bad.stderr
 
 
+def test_cli_passes_the_guard_switch_to_the_grader(course, monkeypatch):
+    from tpp import cli
+    from tpp.grading import grade as grade_mod
+
+    seen = []
+
+    def fake_grade_folder(*args, **kwargs):
+        seen.append(kwargs["options"].guard)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(grade_mod, "grade_folder", fake_grade_folder)
+    base = ["grade", str(course["subs"]), "--out", str(course["out"]),
+            "--solutions", str(course["sol"])]  # fmt: skip
+    assert cli.main(base) == 2 and cli.main([*base, "--no-guard"]) == 2
+    assert seen == [True, False]
+
+
 def test_a_submission_that_kills_its_grading_process_costs_only_itself(course):
     killer = dict(CORRECT, **{"a-q1": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"})
     (course["subs"] / "bob.ipynb").write_text(json.dumps(submission(course["ex"], killer)))
