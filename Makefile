@@ -8,6 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: book test lab clean exercises lint bench venv
 
+# Headless runs (book build, tests) execute the chapters' widget cells once at their defaults
+# instead of starting live widgets, which can deadlock nbclient (jupyter/nbclient#312).
+export TPP_STATIC := 1
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -27,7 +31,7 @@ test: $(STAMP)
 
 ## JupyterLab on the course, with a kernel that imports tpp.
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=.
+	TPP_STATIC= $(BIN)/jupyter lab --notebook-dir=.
 
 ## Regenerate exercises/ from solutions/.
 exercises: $(STAMP)
