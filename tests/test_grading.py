@@ -430,20 +430,24 @@ def test_memory_limit_turns_a_huge_allocation_into_an_error(batch):
     _expect(batch, "memory_bomb", "graded", {"q1": 0, "q2": 3, "q3": 1})
 
 
-def test_processes_started_by_the_student_are_killed(batch):
-    _expect(batch, "child_process", "graded", FULL)
-    pid = int(batch["pid_file"].read_text())
+def _assert_gone(pid: int, what: str) -> None:
+    """Fail (and clean up) unless process ``pid`` has exited within 10 s."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
             if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
+                return
         except psutil.NoSuchProcess:
-            break
+            return
         time.sleep(0.2)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the student's child process survived grading")
+    os.kill(pid, 9)
+    pytest.fail(f"the student's {what} survived grading")
+
+
+def test_processes_started_by_the_student_are_killed(batch):
+    _expect(batch, "child_process", "graded", FULL)
+    pid = int(batch["pid_file"].read_text())
+    _assert_gone(pid, "child process")
 
 
 def test_a_kernel_left_without_memory_costs_only_its_question(batch):
@@ -457,17 +461,7 @@ def test_a_kernel_left_without_memory_costs_only_its_question(batch):
 def test_daemons_that_leave_the_kernels_session_are_killed(batch):
     _expect(batch, "daemon", "graded", FULL)
     pid = int(batch["pid_file"].with_name("daemon.pid").read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the student's daemon survived grading")
+    _assert_gone(pid, "daemon")
 
 
 def test_a_failed_hidden_probe_earns_nothing_even_with_the_value_preset(batch):
