@@ -2,9 +2,12 @@
 #   make book   - create .venv if missing, install, build the site into _build/html (strict)
 #   make test   - the whole test suite
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Optional extras installed with the course (CI adds torch: EXTRAS=dev,torch).
+EXTRAS ?= dev
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+comma  := ,
+STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: book test lab clean exercises lint bench venv
 
@@ -18,7 +21,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 ## The static site, executed and built strictly: any warning, broken reference or raising cell fails.

@@ -170,3 +170,18 @@ def test_symbolic_tp_ring_factor_equals_bus_factor(op):
         assert S.ring_factor(op).subs(S.t, n) == sp.Rational(f.numerator, f.denominator)
     with pytest.raises(ValueError, match="unknown op 'gather': use one of all_reduce"):
         S.ring_factor("gather")
+
+
+def test_memory_fit_counts_weights_and_kv_cache_against_the_gpu():
+    from tpp.hardware import gpu
+
+    cap = gpu("h100_sxm").memory
+    one = serving.decode_step("llama2_70b", 1, 16)  # 70B in bf16 on one 80 GB GPU
+    assert one.memory_bytes_per_gpu == one.weight_bytes_per_gpu > cap
+    assert not one.fits and one.overflow_bytes == one.weight_bytes_per_gpu - cap
+    eight = serving.decode_step("llama2_70b", 8, 16)
+    assert eight.fits and eight.overflow_bytes == 0
+    # the KV cache counts: a long context at a large batch overflows even TP8
+    long = serving.decode_step("llama2_70b", 8, 512, context_len=32768)
+    assert long.memory_bytes_per_gpu == long.weight_bytes_per_gpu + long.kv_bytes_per_gpu
+    assert not long.fits

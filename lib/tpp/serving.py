@@ -46,7 +46,24 @@ class DecodeStep:
     allreduce_sent_per_gpu: int
     allreduce_bandwidth_time: float
     allreduce_latency_time: float
+    gpu_memory_bytes: int = 0
     assumptions: dict = field(default_factory=dict)
+
+    @property
+    def memory_bytes_per_gpu(self) -> int:
+        """Bytes each GPU must hold: its weight shard plus its share of the KV cache."""
+        return self.weight_bytes_per_gpu + self.kv_bytes_per_gpu
+
+    @property
+    def fits(self) -> bool:
+        """Whether weights + KV cache fit in one GPU's memory (activations and workspace ignored,
+        so a layout that does not fit here cannot run at all)."""
+        return self.memory_bytes_per_gpu <= self.gpu_memory_bytes
+
+    @property
+    def overflow_bytes(self) -> int:
+        """Bytes by which weights + KV cache exceed the GPU's memory (0 if they fit)."""
+        return max(0, self.memory_bytes_per_gpu - self.gpu_memory_bytes)
 
     @property
     def work_time(self) -> float:
@@ -171,7 +188,7 @@ def decode_step(
         compute_bound=compute_time > memory_time, allreduce_payload_bytes=payload,
         allreduces_per_step=n_ar, allreduce_payload_per_step=n_ar * payload,
         allreduce_sent_per_gpu=int(sent), allreduce_bandwidth_time=bw_time,
-        allreduce_latency_time=lat_time, assumptions=assumptions,
+        allreduce_latency_time=lat_time, gpu_memory_bytes=g.memory, assumptions=assumptions,
     )
 
 
