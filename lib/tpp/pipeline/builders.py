@@ -21,8 +21,9 @@ change.
   v M)`` chunk-forwards, PyTorch 2.13's ``ScheduleInterleaved1F1B`` order (Megatron-LM runs all
   v M forwards first when M = P; the makespan is the same).
 * ``zb-h1``: zero-bubble H1 (Qi et al. 2024, sec. 2.1): the backward is split into I (input
-  gradient, on the critical path) and W (weight gradient, deferred to fill the bubbles); same warm-up as 1F1B, so
-  the number of microbatches whose F has run but whose I has not stays at most P - r.
+  gradient, on the critical path) and W (weight gradient, deferred to fill the bubbles); same
+  warm-up as 1F1B, so the number of microbatches whose F has run but whose I has not stays at
+  most P - r.
 """
 
 from __future__ import annotations
