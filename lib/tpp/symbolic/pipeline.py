@@ -194,7 +194,7 @@ def zb_h1_makespan_any_m() -> sp.Expr:
 
 
 def qi2023_zb_h1_bubble_time() -> sp.Expr:
-    """ZB-H1's per-rank bubble as stated by Qi et al. 2023 (sec. 3.1): (P-1)(t_F + t_B - t_W).
+    """ZB-H1's per-rank bubble as stated by Qi et al. 2024, sec. 2.1: (P-1)(t_F + t_B - t_W).
 
     It agrees with :func:`bubble_time` ("zb-h1"), ``(P-1) Max(t_F + t_B - t_W, t_B, t_F)``,
     exactly when t_W <= min(t_F, t_B); otherwise rank 0's unfillable head wait (P-1) t_B or the
