@@ -145,20 +145,31 @@ class MLPRankCache:
     w2: np.ndarray
     w3: np.ndarray | None
     variant: str
+    sequence_parallel: bool = False
 
 
 def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
                         w3: np.ndarray | None = None, *, comm: Communicator,
-                        variant: str = "correct") -> tuple[np.ndarray, MLPRankCache]:
+                        variant: str = "correct", sequence_parallel: bool = False
+                        ) -> tuple[np.ndarray, MLPRankCache]:
     """Forward of the tensor-parallel MLP on one rank: returns ``(y, cache)``.
 
     ``w1`` (and ``w3``, SwiGLU) are this rank's column shards (d, d_ff/T), ``w2`` its row shard
     (d_ff/T, d). One all-reduce (g) on ``comm``. ``variant`` is ``"correct"`` or one of chapter
     03's negative controls (``"no f"``, ``"all-reduce both ways"``), which differ in backward.
+    ``sequence_parallel=True`` (Korthikanti et al. 2022, Sec. 4.2.2): ``x`` is this rank's
+    slice of the sequence (axis 0); an all-gather replaces f and a reduce-scatter replaces g,
+    so ``y`` is this rank's slice of the output.
     """
     if variant not in MLP_VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: use one of {MLP_VARIANTS}")
-    x = f_forward(x, comm)                      # f: identity
+    if sequence_parallel and variant != "correct":
+        raise ValueError("the negative controls exist without sequence parallelism only: "
+                         "pass sequence_parallel=False or variant='correct'")
+    if sequence_parallel:
+        x = comm.all_gather(x, axis=0, tag="sp.all_gather")     # enter: all-gather
+    else:
+        x = f_forward(x, comm)                  # f: identity
     h1 = x @ w1                                 # column-parallel: this rank's d_ff/T slice
     if w3 is not None:
         h3 = x @ w3
@@ -167,8 +178,11 @@ def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         h3 = None
         a = gelu(h1)
     z = a @ w2                                  # row-parallel: a PARTIAL sum of y
-    y = g_forward(z, comm)                      # g: ALL-REDUCE
-    return y, MLPRankCache(x, h1, h3, a, w1, w2, w3, variant)
+    if sequence_parallel:
+        y = comm.reduce_scatter(z, axis=0, tag="sp.reduce_scatter")  # leave: reduce-scatter
+    else:
+        y = g_forward(z, comm)                  # g: ALL-REDUCE
+    return y, MLPRankCache(x, h1, h3, a, w1, w2, w3, variant, sequence_parallel)
 
 
 def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communicator
@@ -179,7 +193,9 @@ def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communica
     this rank's partial); two for ``"all-reduce both ways"`` (g's backward also all-reduces).
     """
     c = cache
-    if c.variant == "all-reduce both ways":
+    if c.sequence_parallel:
+        dy = comm.all_gather(dy, axis=0, tag="sp.reduce_scatter.backward")
+    elif c.variant == "all-reduce both ways":
         dy = comm.all_reduce(dy, tag="g.backward (wrong)")   # sums T equal copies
     else:
         dy = g_backward(dy, comm)               # g backward: identity
@@ -194,7 +210,10 @@ def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communica
     else:
         dh1 = da * gelu_grad(c.h1)
         dx_partial, grads["w1"] = linear_backward(c.x, c.w1, dh1)   # PARTIAL dx_r
-    dx = dx_partial if c.variant == "no f" else f_backward(dx_partial, comm)  # f: ALL-REDUCE
+    if c.sequence_parallel:
+        dx = comm.reduce_scatter(dx_partial, axis=0, tag="sp.all_gather.backward")
+    else:
+        dx = dx_partial if c.variant == "no f" else f_backward(dx_partial, comm)  # f: ALL-REDUCE
     return dx, grads, dx_partial
 
 
