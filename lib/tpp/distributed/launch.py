@@ -24,6 +24,7 @@ import queue
 import socket
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -68,6 +69,7 @@ def _worker(rank: int, size: int, backend: str, port: int, timeout: float, paren
     dist = None
     try:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        warnings.filterwarnings("ignore", module=r"torch(\.|$)")  # keep notebooks' stderr clean
         torch = require_torch()
         torch.set_num_threads(1)
         dist = torch.distributed

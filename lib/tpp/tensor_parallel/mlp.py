@@ -167,10 +167,10 @@ def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         raise ValueError("the negative controls exist without sequence parallelism only: "
                          "pass sequence_parallel=False or variant='correct'")
     if sequence_parallel:
-        x = comm.all_gather(x, axis=0, tag="sp.all_gather")     # enter: all-gather
+        x = comm.all_gather(x, axis=0, tag="sp.all_gather")  # enter
     else:
         x = f_forward(x, comm)                  # f: identity
-    h1 = x @ w1                                 # column-parallel: this rank's d_ff/T slice
+    h1 = x @ w1                                 # column-parallel: d_ff/T slice
     if w3 is not None:
         h3 = x @ w3
         a = silu(h1) * h3                       # SwiGLU
@@ -179,10 +179,11 @@ def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         a = gelu(h1)
     z = a @ w2                                  # row-parallel: a PARTIAL sum of y
     if sequence_parallel:
-        y = comm.reduce_scatter(z, axis=0, tag="sp.reduce_scatter")  # leave: reduce-scatter
+        y = comm.reduce_scatter(z, axis=0, tag="sp.reduce_scatter")  # leave
     else:
         y = g_forward(z, comm)                  # g: ALL-REDUCE
-    return y, MLPRankCache(x, h1, h3, a, w1, w2, w3, variant, sequence_parallel)
+    cache = MLPRankCache(x, h1, h3, a, w1, w2, w3, variant, sequence_parallel)
+    return y, cache
 
 
 def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communicator

@@ -75,7 +75,7 @@ def f_backward(dx: np.ndarray, comm: Communicator) -> np.ndarray:
 
 
 def g_forward(z: np.ndarray, comm: Communicator) -> np.ndarray:
-    """g forward (Megatron ``reduce_from_tensor_model_parallel_region``): all-reduce (sum)."""
+    """g forward (Megatron ``reduce_from_tensor_model_parallel_region``): all-reduce."""
     return comm.all_reduce(z, tag="g.forward")
 
 
