@@ -23,6 +23,10 @@ from tpp.tensor_parallel import (
 )
 from tpp.tensor_parallel.layernorm import layernorm_backward, layernorm_forward
 
+# all tests of this module share one World: keep them on one xdist worker (make test uses
+# --dist loadgroup), so the processes are spawned once
+pytestmark = pytest.mark.xdist_group("torch_engine")
+
 P = 4
 TOL = 1e-12
 
