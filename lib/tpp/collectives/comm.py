@@ -64,6 +64,9 @@ class Communicator(Protocol):
 
     def barrier(self) -> None: ...
 
+    def new_subgroups(self, groups: Sequence[Sequence[int]], name: str = "sub"
+                      ) -> Communicator | None: ...
+
 
 class _Aborted(RuntimeError):
     """Raised in the ranks still waiting when another rank failed."""
