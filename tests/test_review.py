@@ -35,3 +35,50 @@ def test_megatron_eq3_is_the_column_split_not_the_sum():
         if re.search(r"Y = sum.*eq\.? ?\(?3", line) or "Megatron eq. 3" in line:
             raise AssertionError(f"the sum over shards is attributed to eq. (3): {line!r}")
     assert "eq. (3) is only the first half" in text and "GeLU(X A_1)" in text
+
+
+def test_sequence_parallel_operators_use_the_papers_names():
+    """Korthikanti et al.: g = all-gather fwd / reduce-scatter bwd, g-bar = reduce-scatter fwd /
+    all-gather bwd. Chapter 05 must use these names (no f-bar), and the library's operators
+    must move what the names say."""
+    import numpy as np
+    from tpp.collectives import ProcessGroup
+    from tpp.tensor_parallel.sequence import GatherFromSP, ReduceScatterToSP
+
+    text = _markdown("05_sequence_parallelism.ipynb")
+    assert r"\bar f" not in text and "f̄" not in text
+    assert "$g$ = **all-gather forward / reduce-scatter backward**" in text
+    assert r"$\bar g$ = **reduce-scatter forward / all-gather backward**" in text
+    grp = ProcessGroup(2)
+    xs = [np.ones((2, 3)), np.ones((2, 3))]
+    GatherFromSP(grp).backward(GatherFromSP(grp).forward(xs))
+    ReduceScatterToSP(grp).backward(ReduceScatterToSP(grp).forward(
+        [np.ones((4, 3)), np.ones((4, 3))]))
+    assert [r.op for r in grp.ledger] == ["all_gather", "reduce_scatter",
+                                          "reduce_scatter", "all_gather"]
+
+
+def _errata_source() -> str:
+    nb = nbformat.read(ROOT / "chapters" / "appendix_errata.ipynb", as_version=4)
+    return "\n".join(c.source for c in nb.cells)
+
+
+def test_link_wording_full_duplex_and_per_direction_cap():
+    """Links are full-duplex; the point is that a GPU's send rate is capped by the
+    per-direction bandwidth (not that a ring 'sends in one direction at a time')."""
+    text = _errata_source()
+    assert "one direction at a time" not in text
+    assert "full-duplex" in text and "per-direction bandwidth" in text
+
+
+def test_head_slice_is_a_bug_only_for_the_2d_layout():
+    """`w.wq[:, h]` with a slice of head indices is wrong for a (d, H*d_head) matrix and
+    right for a (d, H, d_head) tensor: both chapter 04 and the errata must say which."""
+    import numpy as np
+
+    for text in (_markdown("04_tp_attention.ipynb"), _errata_source()):
+        assert "3-D" in text or "(d, H, d_head)" in text
+    heads, d_head, d = 8, 4, 16
+    h = slice(0, 2)
+    assert np.zeros((d, heads * d_head))[:, h].shape[1] == 2            # 2-D: a bug
+    assert np.zeros((d, heads, d_head))[:, h].reshape(d, -1).shape[1] == 2 * d_head  # 3-D
