@@ -82,3 +82,56 @@ def test_head_slice_is_a_bug_only_for_the_2d_layout():
     h = slice(0, 2)
     assert np.zeros((d, heads * d_head))[:, h].shape[1] == 2            # 2-D: a bug
     assert np.zeros((d, heads, d_head))[:, h].reshape(d, -1).shape[1] == 2 * d_head  # 3-D
+
+
+def test_full_utilisation_is_the_worst_case_for_tp():
+    """The crossover bandwidth is proportional to the utilisation; at chapter 11's 40 %, TP8 over
+    InfiniBand HDR beats TP1 in the same no-overlap model, at 100 % it does not."""
+    from tpp import hardware, models
+    from tpp.costs import flops
+    from tpp.costs import tp as tp_costs
+
+    m, gpu, hdr = models.model("llama2_7b"), hardware.gpu("h100_sxm"), hardware.link("ib_hdr")
+    f_layer = flops.training_flops_per_layer(m, 8, 4096)
+    cross = {u: tp_costs.tp_crossover_bandwidth(8, 4096, 4096, 4, 8, f_layer,
+                                                gpu.peak_flops_bf16, mfu=u) for u in (1.0, 0.4)}
+    assert abs(cross[0.4] / cross[1.0] - 0.4) < 1e-12
+    assert cross[0.4] < hdr.bandwidth < cross[1.0]
+    best = {u: tp_costs.tp_crossover_degree({t: tp_costs.tp_training_layer_time(
+        8, 4096, 4096, t, f_layer, gpu.peak_flops_bf16, hdr.bandwidth, mfu=u).total
+        for t in (1, 2, 4, 8)}) for u in (1.0, 0.4)}
+    assert best == {1.0: 1, 0.4: 8}
+    text = _markdown("06_tp_cost.ipynb")
+    assert "even at 100 % of" not in text and "even with arithmetic at 100 %" not in text
+    assert "worst case" in text
+
+
+def test_simulated_block_ledger_matches_the_tp_cost_table():
+    """The collectives a simulated TP block runs (TP / TP+SP x no / selective / full
+    recomputation, forward and backward) are the ones tpp.costs.tp counts, with the ring's
+    bytes per rank."""
+    from collections import Counter
+
+    import numpy as np
+    from tpp.costs import tp as tp_costs
+    from tpp.tensor_parallel.block import ShardedTransformerBlock, init_block_weights
+
+    rng = np.random.default_rng(0)
+    w = init_block_weights(16, 4, seed=1)
+    x = rng.standard_normal((8, 2, 16))
+    act = x.nbytes
+    for sp_ in (False, True):
+        for rc in ("none", "selective", "full"):
+            blk = ShardedTransformerBlock(w, 4, 4, sequence_parallel=sp_, recompute=rc)
+            blk.forward(x)
+            n_fwd = len(blk.group.ledger)
+            blk.backward(rng.standard_normal(x.shape))
+            phases = {"forward": blk.group.ledger[:n_fwd], "backward": blk.group.ledger[n_fwd:]}
+            sent = 0
+            for phase, recs in phases.items():
+                acts = [r for r in recs if r.payload_bytes == act]
+                assert Counter(r.op for r in acts) == tp_costs.tp_collectives_per_layer(
+                    phase, sp_, rc), (sp_, rc, phase)
+                sent += sum(r.bytes_sent_per_rank[0] for r in acts)
+            assert sent == tp_costs.tp_bytes_sent_per_rank(8, 2, 16, 4, sp=sp_, recompute=rc,
+                                                           dtype="fp64")
