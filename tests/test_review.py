@@ -135,3 +135,46 @@ def test_simulated_block_ledger_matches_the_tp_cost_table():
                 sent += sum(r.bytes_sent_per_rank[0] for r in acts)
             assert sent == tp_costs.tp_bytes_sent_per_rank(8, 2, 16, 4, sp=sp_, recompute=rc,
                                                            dtype="fp64")
+
+
+def _notation_rows() -> list[tuple[list[str], str]]:
+    """(symbols, meaning) of every row of the notation appendix's table."""
+    rows = []
+    for line in (ROOT / "chapters" / "appendix_notation.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("symbol", "---") or not cells[0].startswith("$"):
+            continue
+        symbols = [m.strip() for m in re.findall(r"\$([^$]+)\$", cells[0])]
+        rows.append((symbols, cells[1]))
+    return rows
+
+
+def test_notation_appendix_defines_each_symbol_once():
+    """One meaning per symbol: no symbol may appear in two rows of the appendix."""
+    rows = _notation_rows()
+    assert len(rows) > 15
+    seen: dict[str, str] = {}
+    for symbols, meaning in rows:
+        for sym in symbols:
+            assert sym not in seen, f"${sym}$ is defined twice: {seen[sym]!r} and {meaning!r}"
+            seen[sym] = meaning
+
+
+def test_notation_matches_the_chapters_usage():
+    """The meanings the expert review found contradicted: beta is a bandwidth (bytes/s), B a
+    batch, h the hidden size, t_B the full backward. The chapters must agree."""
+    meaning = {sym: m for symbols, m in _notation_rows() for sym in symbols}
+    assert "bandwidth" in meaning[r"\beta"] and "bytes/s" in meaning[r"\beta"]
+    assert "batch" in meaning["B"]
+    assert "hidden" in meaning["h"] and "heads" not in meaning["h"]
+    assert "full backward" in meaning["t_B"] and "input-gradient" in meaning["t_I"]
+    ch01 = _markdown("01_collectives.ipynb")
+    assert "bandwidth $B$" not in ch01 and r"N\alpha B" not in ch01
+    assert r"$M^\ast = N \alpha \beta$" in ch01
+    from tpp.symbolic import collectives as sc
+
+    assert sc.alpha_beta_time().has(sc.beta) and str(sc.beta) == "beta"
+    ch04 = _markdown("04_tp_attention.ipynb")
+    assert "KV cache of $T$ tokens" not in ch04        # T is the TP degree
+    ch06 = _markdown("06_tp_cost.ipynb")
+    assert "memory bandwidth $H$" not in ch06 and "W/H" not in ch06   # H is the head count
