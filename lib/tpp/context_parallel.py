@@ -197,7 +197,8 @@ class ContextParallelResult:
     tokens; ``ledger``: the group's records; ``work_per_rank``: query-key scores each rank
     computed, one per (query, key, head) (causally masked pairs are not counted, fully masked
     blocks are skipped);
-    ``positions``: each rank's token positions.
+    ``positions``: each rank's token positions; ``lse`` (seq, heads): the log-sum-exp
+    ``m + log l`` of each query row, which a backward pass keeps (ring attention only).
     """
 
     output: np.ndarray
@@ -205,6 +206,7 @@ class ContextParallelResult:
     ledger: list[CollectiveRecord]
     work_per_rank: tuple[int, ...]
     positions: list[np.ndarray] = field(repr=False)
+    lse: np.ndarray | None = field(default=None, repr=False)
 
     def bytes_sent_per_rank(self) -> tuple[int, ...]:
         """Bytes each rank sent over the whole ledger."""
@@ -280,10 +282,11 @@ def ring_attention(q, k, v, cp: int, causal: bool = True, layout: str = "contigu
             blocks = [(g.send(blocks[(r - 1) % cp][0], (r - 1) % cp, r, tag=f"ring.kv.{t}"),
                        blocks[(r - 1) % cp][1]) for r in range(cp)]
     shards = [np.concatenate([finalize(p) for p in state[r]]) for r in range(cp)]
-    out = np.empty_like(q)
+    out, lse = np.empty_like(q), np.empty(q.shape[:2])
     for r in range(cp):
         out[pos[r]] = shards[r]
-    return ContextParallelResult(out, shards, list(g.ledger[start:]), tuple(work), pos)
+        lse[pos[r]] = np.concatenate([p.m + np.log(p.l) for p in state[r]])
+    return ContextParallelResult(out, shards, list(g.ledger[start:]), tuple(work), pos, lse)
 
 
 # ----------------------------------------------------------------------------- Ulysses

@@ -27,6 +27,7 @@ from tpp.hardware import bytes_per_element
 __all__ = [
     "attention_work_per_rank",
     "ring_attention_bytes_per_rank",
+    "ring_attention_backward_bytes_per_rank",
     "ulysses_bytes_per_rank",
     "RingAttentionTime",
     "ring_attention_time",
@@ -75,6 +76,15 @@ def ring_attention_bytes_per_rank(s: int, n_kv_heads: int, d_head: int, cp: int,
         raise ValueError(f"s={s} is not divisible by cp={cp}: pad the sequence to a multiple")
     e = Fraction(bytes_per_element(dtype))
     return (cp - 1) * 2 * Fraction(s, cp) * n_kv_heads * d_head * e
+
+
+def ring_attention_backward_bytes_per_rank(s: int, n_kv_heads: int, d_head: int, cp: int,
+                                           dtype: str = "bf16") -> Fraction:
+    """Bytes one rank sends in one ring-attention backward: ``cp - 1`` K/V blocks and ``cp``
+    (dK, dV) accumulators (the last hop brings them home), ``(2 cp - 1) 2 (s/cp) h_kv d e``;
+    0 when ``cp = 1`` (:mod:`tpp.context_parallel_backward`)."""
+    fwd = ring_attention_bytes_per_rank(s, n_kv_heads, d_head, cp, dtype)
+    return fwd * Fraction(2 * cp - 1, cp - 1) if cp > 1 else fwd
 
 
 def ulysses_bytes_per_rank(s: int, n_heads: int, n_kv_heads: int, d_head: int, cp: int,
