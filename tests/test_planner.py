@@ -147,3 +147,17 @@ def test_plan_returns_fitting_layouts_fastest_first():
 def test_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("pp, m, v", [(4, 40, 1), (4, 29, 1), (8, 72, 2), (3, 60, 4), (16, 128, 4)])
+def test_pipeline_extrapolation_equals_full_simulation(pp, m, v):
+    from tpp.planner import estimate
+
+    stages = pp * v
+    t_f = tuple(1.0 + 0.1 * (c % 3) for c in range(stages))  # uneven stages
+    t_b = tuple(2.0 + 0.3 * (c % 2) for c in range(stages))
+    full = estimate._simulate(pp, m, v, t_f, t_b, 0.05)
+    fast = estimate._pipeline(pp, m, v, t_f, t_b, 0.05)
+    assert fast[0] == pytest.approx(full[0], rel=1e-12)
+    assert fast[1] == pytest.approx(full[1], rel=1e-12)
+    assert fast[2] == full[2]
