@@ -150,14 +150,18 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
 
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              gpus_per_node: int = 8, seq_len: int, global_batch: int, mfu: float = 0.4,
-             inter_link: str | None = None, gpus: int | None = None) -> Estimate:
+             inter_link: str | None = None, gpus: int | None = None,
+             time_bound: float | None = None) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
     sequences; ``mfu`` is the share of peak bf16 FLOP/s the matmuls reach; ``gpu`` a
     :mod:`tpp.hardware` preset (its NVLink carries TP and CP inside a node), ``inter_link`` the
     network between nodes (default :func:`default_inter_link`). ``gpus``, when given, must equal
-    ``layout.gpus``.
+    ``layout.gpus``. ``time_bound`` (seconds): when the busiest rank's compute alone, a lower
+    bound of the step time, exceeds it, stop before simulating the pipeline and return an
+    estimate with ``step_time=None``, that bound in ``time["compute_lower_bound"]`` and the
+    reason in ``problems`` (the search uses it to skip layouts that cannot win).
     """
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
@@ -216,6 +220,12 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         head = f_head if c == len(chunks) - 1 else 0.0
         t_f.append(n * (f_layer / peak + tp_f + cp_f) + head / peak)
         t_b.append(n * ((tr_layer - f_layer) / peak + tp_b + 2 * cp_f) + 2 * head / peak)
+    lower = M * max(sum(t_f[c] + t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == q)
+                    for q in range(P))
+    if time_bound is not None and lower > time_bound:
+        est.time = {"compute_lower_bound": lower}
+        est.problems.append(f"compute alone takes {lower:.3f} s > time_bound={time_bound} s")
+        return est
     pp_link = inter if lay.nodes_spanned("pp", gpus_per_node) > 1 else intra
     boundary = b * s * h * 2 // t  # scatter-gather: each TP rank sends 1/t (Narayanan 2021)
     transfer = alpha_beta_time("send", boundary, 2, pp_link.bandwidth, pp_link.latency) \

@@ -69,18 +69,28 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
                          "count or the global batch")
     fitting: list[Estimate] = []
     least = None
+    kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
+              mfu=mfu, inter_link=inter_link)
+    ranked = []
     for lay in cands:
         # model states alone are a lower bound on memory: skip hopeless layouts early
-        lp = model.params // (lay.tp * lay.pp)
-        if czero.model_state_bytes(lp, lay.dp * lay.cp, lay.zero) > cap:
-            least = min(least or 10**30, czero.model_state_bytes(lp, lay.dp * lay.cp, lay.zero))
+        states = czero.model_state_bytes(model.params // (lay.tp * lay.pp), lay.dp * lay.cp,
+                                         lay.zero)
+        if states > cap:
+            least = min(least or states, states)
             continue
-        est = evaluate(model, lay, gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len,
-                       global_batch=global_batch, mfu=mfu, inter_link=inter_link)
+        bound = evaluate(model, lay, time_bound=0.0, **kw).time["compute_lower_bound"]
+        ranked.append((bound, str(lay), lay))
+    ranked.sort(key=lambda x: (x[0], x[1]))
+    for bound, _, lay in ranked:  # branch and bound: compute time is a lower bound
+        if len(fitting) >= top and bound > fitting[top - 1].step_time:
+            break
+        est = evaluate(model, lay, **kw)
         if est.fits:
             fitting.append(est)
+            fitting.sort(key=lambda e: (e.step_time, e.memory_bytes))
         elif est.memory_bytes is not None:
-            least = min(least or 10**30, est.memory_bytes)
+            least = min(least or est.memory_bytes, est.memory_bytes)
     if not fitting:
         need = f"; the least any layout needs is {least / 1e9:.0f} GB" if least else ""
         raise ValueError(f"{model.name} fits no layout on {gpus} x {gpu} "
