@@ -97,3 +97,15 @@ def test_bad_settings_raise():
         S.generate(MODEL, 3, PROMPTS, 4)
     with pytest.raises(ValueError, match="temperature=-1"):
         S.sample_tokens(np.zeros((1, 3), np.float32), np.zeros(1), -1)
+
+
+def test_flip_probability_is_the_measure_of_disagreeing_draws():
+    a = np.log(np.float32([[0.5, 0.5, 1e-9]]))
+    b = np.log(np.float32([[0.6, 0.4, 1e-9]]))
+    # u in [0.5, 0.6): rank a picks token 1, rank b token 0; everywhere else they agree
+    assert S.flip_probability([a, b], 1.0)[0] == pytest.approx(0.1, abs=1e-6)
+    assert S.flip_probability([a, a, a], 1.0)[0] == 0.0
+    us = np.random.default_rng(0).random(20000)
+    split = np.mean([S.sample_tokens(a, u[None], 1.0)[0] != S.sample_tokens(b, u[None], 1.0)[0]
+                     for u in us])
+    assert split == pytest.approx(0.1, abs=0.01)

@@ -18,7 +18,8 @@ one measure what makes ranks disagree:
 Sampling is inverse-CDF sampling of ``softmax(logits / temperature)`` with one uniform draw per
 sequence and step, in the working dtype (float32 by default). The chance that a given draw picks
 different tokens on two ranks is the measure of the draws on which their inverse CDFs disagree,
-``sum_k |F_a(k) - F_b(k)|`` for small perturbations (:func:`flip_probability`).
+``1 - sum_j |I_a(j) & I_b(j)|`` with ``I(j)`` token j's interval of the CDF
+(:func:`flip_probability`).
 """
 
 from __future__ import annotations
@@ -168,17 +169,26 @@ def sample_tokens(logits: np.ndarray, u: np.ndarray, temperature: float) -> np.n
     return np.minimum(idx, logits.shape[-1] - 1)
 
 
-def flip_probability(logits_a: np.ndarray, logits_b: np.ndarray,
-                     temperature: float) -> np.ndarray:
-    """Per row, the probability over one uniform draw that two ranks sampling with the *same*
-    draw pick different tokens: ``sum_k |F_a(k) - F_b(k)|`` (exact while the perturbation moves
-    no CDF boundary past its neighbour, i.e. for ULP-sized differences)."""
+def flip_probability(logits: list[np.ndarray], temperature: float) -> np.ndarray:
+    """Per row, the probability over one uniform draw ``u`` that ranks sampling with that *same*
+    draw do not all pick the same token.
+
+    Rank r picks token j when ``u`` falls in ``I_r(j) = [F_r(j-1), F_r(j))`` (its normalised CDF
+    in the working dtype, as :func:`sample_tokens` compares it). All ranks agree exactly when
+    ``u`` lies in ``I_0(j) & I_1(j) & ...`` for some j, so the flip probability is
+    ``1 - sum_j |intersection_r I_r(j)|`` (about ``sum_k |F_a(k) - F_b(k)|`` for tiny gaps).
+    """
     if temperature <= 0:
         raise ValueError("flip_probability needs temperature > 0 (greedy flips only on exact ties)")
-    # in the working dtype: the CDFs the ranks really compare their draws with
-    ca = np.cumsum(_probs(logits_a, temperature), axis=-1).astype(np.float64)
-    cb = np.cumsum(_probs(logits_b, temperature), axis=-1).astype(np.float64)
-    return np.abs(ca[:, :-1] / ca[:, -1:] - cb[:, :-1] / cb[:, -1:]).sum(axis=-1)
+    cdfs = []
+    for lg in logits:
+        c = np.cumsum(_probs(lg, temperature), axis=-1).astype(np.float64)
+        c = c / c[:, -1:]
+        cdfs.append(np.concatenate([np.zeros((c.shape[0], 1)), c], axis=1))
+    lo = np.max([c[:, :-1] for c in cdfs], axis=0)
+    hi = np.min([c[:, 1:] for c in cdfs], axis=0)
+    own = cdfs[0][:, 1:] - cdfs[0][:, :-1]  # rank 0's intervals (sum to 1)
+    return np.clip((own - np.clip(hi - lo, 0.0, None)).sum(axis=-1), 0.0, 1.0)
 
 
 @dataclass
@@ -305,9 +315,7 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
         max_diff = max(max_diff, max(float(np.abs(lg - logits[0]).max()) for lg in logits))
         if temperature > 0 and tp > 1:  # only while the ranks still hold the same sequence
             same = np.all([(s == seqs[0]).all(axis=1) for s in seqs], axis=0)
-            fp = np.max([flip_probability(logits[0], lg, temperature) for lg in logits[1:]],
-                        axis=0)
-            flips[i] = np.where(same, fp, np.nan)
+            flips[i] = np.where(same, flip_probability(logits, temperature), np.nan)
         us = [g.random(batch) for g in gens]
         if sampler == "independent":
             toks = [sample_tokens(logits[r], us[r], temperature) for r in range(tp)]
