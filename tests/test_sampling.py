@@ -109,3 +109,15 @@ def test_flip_probability_is_the_measure_of_disagreeing_draws():
     split = np.mean([S.sample_tokens(a, u[None], 1.0)[0] != S.sample_tokens(b, u[None], 1.0)[0]
                      for u in us])
     assert split == pytest.approx(0.1, abs=0.01)
+
+
+def test_custom_sampler_plugs_into_the_loop():
+    def rank0_then_broadcast(group, logits, us, temperature):
+        tok = S.sample_tokens(logits[0], us[0], temperature).astype(np.int64)
+        return group.broadcast([tok] + [None] * (group.size - 1))
+
+    mine = S.generate(MODEL, 4, PROMPTS[:16], 32, rng="per_rank", sampler=rank0_then_broadcast)
+    ref = S.generate(MODEL, 4, PROMPTS[:16], 32, rng="per_rank", sampler="rank0_broadcast")
+    assert np.array_equal(mine.tokens, ref.tokens)
+    with pytest.raises(ValueError, match="returned 1 token arrays for 4 ranks"):
+        S.generate(MODEL, 4, PROMPTS[:4], 2, sampler=lambda g, lg, u, t: [np.zeros(4)])

@@ -227,13 +227,17 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     ``r*d_ff/tp ...`` of ``w1`` / rows of ``w2``; each sublayer ends with one all-reduce. Each rank
     keeps its *own* copy of the generated tokens and feeds them back, so a disagreement
     propagates exactly as it would on real ranks. ``prompts``: int array (batch, prompt_len).
+    ``sampler`` may also be a function ``(group, logits, draws, temperature) -> tokens``
+    receiving one (batch, vocab) logits array and one (batch,) array of uniform draws per rank
+    and returning one (batch,) array of token ids per rank.
     ``comm_precision="bfloat16"``: the all-reduces carry bf16 (partials rounded before the ring;
     every running sum rounded in the own-order sum); the model itself computes in float32.
     """
     _check_choice("comm_precision", comm_precision, PRECISIONS)
     _check_choice("allreduce", allreduce, ALLREDUCES)
     _check_choice("rng", rng, RNGS)
-    _check_choice("sampler", sampler, SAMPLERS)
+    if not callable(sampler):
+        _check_choice("sampler", sampler, SAMPLERS)
     h, dh = model.n_heads, model.d_head
     d_ff = model.layers[0]["w1"].shape[1]
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -317,7 +321,13 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
             same = np.all([(s == seqs[0]).all(axis=1) for s in seqs], axis=0)
             flips[i] = np.where(same, flip_probability(logits, temperature), np.nan)
         us = [g.random(batch) for g in gens]
-        if sampler == "independent":
+        if callable(sampler):
+            toks = list(sampler(group, logits, us, temperature))
+            if len(toks) != tp:
+                raise ValueError(f"the sampler returned {len(toks)} token arrays for {tp} ranks: "
+                                 "return one array of token ids per rank")
+            toks = [np.asarray(t_, dtype=np.int64).reshape(batch) for t_ in toks]
+        elif sampler == "independent":
             toks = [sample_tokens(logits[r], us[r], temperature) for r in range(tp)]
         else:
             tok0 = sample_tokens(logits[0], us[0], temperature).astype(np.int64)
@@ -327,7 +337,8 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     return Generation(tokens=tokens, logits_equal_steps=equal, steps=n_tokens,
                       max_logit_diff=max_diff, flip_probability=flips, group=group,
                       settings=dict(tp=tp, temperature=temperature, seed=seed,
-                                    allreduce=allreduce, rng=rng, sampler=sampler,
+                                    allreduce=allreduce, rng=rng,
+                                    sampler=sampler if isinstance(sampler, str) else "custom",
                                     dtype=str(dt), comm_precision=comm_precision))
 
 
