@@ -71,3 +71,13 @@ def test_bad_layouts_raise():
         D.serving_layout("llama2_70b", tp=8, pp=3)
     with pytest.raises(ValueError, match="microbatches=3 must divide batch=16"):
         D.serving_layout("llama2_70b", tp=8, pp=2, batch=16, microbatches=3)
+
+
+def test_prefill_allreduce_and_flops_by_hand():
+    p = D.prefill_step("llama2_70b", 8, 1, 128)
+    assert p.allreduce_time == pytest.approx(2 * 80 * (2 * 7 / 8) * 128 * 8192 * 2 / 450e9)
+    assert D.prefill_step("llama2_70b", 1, 1, 128).allreduce_time == 0.0
+    # FLOPs: 2 tokens x matmul weights per layer + 4 b s^2 h attention scores, over TP ranks
+    d, dkv, ff = 8192, 8 * 128, 28672
+    per_layer = 2 * 128 * (2 * d * d + 2 * d * dkv + 3 * d * ff) + 4 * 128 * 128 * d
+    assert p.flops_per_gpu == pytest.approx(80 * per_layer / 8)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tpp.costs.flops import forward_flops_per_layer
 from tpp.costs.pipeline import p2p_time
+from tpp.costs.tp import ring_factor
 from tpp.hardware import bytes_per_element
 from tpp.models import ModelConfig
 from tpp.serving import DecodeStep, _resolve_gpu, _resolve_link, _resolve_model, decode_step
@@ -76,7 +77,7 @@ def prefill_step(model_cfg: ModelConfig | str, tp: int, batch: int, prompt_len: 
     ref = decode_step(m, tp, batch, ln, g, dtype=dtype)
     flops = m.n_layers * forward_flops_per_layer(m, batch, prompt_len) / tp
     payload = batch * prompt_len * m.d_model * bytes_per_element(dtype)
-    ar = 2 * m.n_layers * (2 * (tp - 1) / tp) * payload / ln.bandwidth if tp > 1 else 0.0
+    ar = 2 * m.n_layers * float(ring_factor("all_reduce", tp)) * payload / ln.bandwidth
     return PrefillStep(tp=tp, batch=batch, prompt_len=prompt_len, flops_per_gpu=float(flops),
                        bytes_read_per_gpu=float(ref.weight_bytes_per_gpu),
                        compute_time=float(flops) / (g.peak_flops_bf16 * mfu),
