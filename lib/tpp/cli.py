@@ -1,4 +1,5 @@
-"""The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``."""
+"""The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``,
+``tpp demo``."""
 
 from __future__ import annotations
 
@@ -79,6 +80,15 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tpp.demo import run_demo
+
+    result = run_demo()
+    ok = (all(result.ranks_bitwise_equal.values()) and result.gqa_error != ""
+          and max(result.rel_error.values()) < 1e-12)
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpp", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pg.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     pg.set_defaults(func=_cmd_grade)
+
+    pd = sub.add_parser("demo", help="the serving lesson's 'run it locally' program (NumPy only)")
+    pd.set_defaults(func=_cmd_demo)
     return parser
 
 
