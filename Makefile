@@ -30,7 +30,7 @@ book: $(STAMP)
 
 ## The whole test suite: library, grader, notebooks (chapters and solutions run top to bottom), site.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 tests chapters solutions
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 tests chapters solutions
 
 ## JupyterLab on the course, with a kernel that imports tpp.
 lab: $(STAMP)
