@@ -14,9 +14,9 @@ from tpp.grading.checks import (
     check_choice,
     check_close,
     check_defined,
+    check_list,
     check_number,
     check_shape,
-    check_list,
     check_type,
     passed,
     usable,
@@ -103,4 +103,5 @@ def test_calling_turns_the_learners_exception_into_a_message():
 def test_usable_and_passed(capsys):
     assert usable({"a": 0.5}, "a") and not usable({"a": "0.5"}, "a") and not usable({}, "a")
     passed("q2", "a count in range; the value is graded later")
-    assert capsys.readouterr().out == "q2: format OK — a count in range; the value is graded later\n"
+    out = capsys.readouterr().out
+    assert out == "q2: format OK — a count in range; the value is graded later\n"
