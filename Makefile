@@ -20,6 +20,16 @@ export TPP_STATIC := 1
 # Kernels read the course's IPython profile: figures as SVG, sharp at any zoom.
 export IPYTHONDIR := $(CURDIR)/.ipython
 
+# A .venv left broken (its python or pip does not run) or made by another interpreter than
+# $(PYTHON) loses its stamp, so that the rule below recreates it (checked at every run).
+VENV_STATE := $(shell [ -n "$(PYTHON)" ] && [ -d $(VENV) ] && { \
+	  $(BIN)/python -m pip --version >/dev/null 2>&1 || echo broken; } && \
+	  [ "$$($(BIN)/python -c 'import sys; print(sys.base_prefix)' 2>/dev/null)" != \
+	    "$$($(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null)" ] && echo foreign)
+ifneq ($(strip $(VENV_STATE)),)
+$(shell rm -f $(VENV)/.installed-*)
+endif
+
 venv: $(STAMP)
 
 # The interpreter is checked first; a .venv made by another interpreter, or left broken (its
