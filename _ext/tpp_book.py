@@ -35,9 +35,9 @@ CHAPTER_PATH = re.compile(r"chapters/(\d\d_\w+)\.ipynb")
 def _last_names(entry) -> str:
     persons = entry.persons.get("author") or entry.persons.get("editor") or []
     names = [" ".join(p.last_names).replace("{", "").replace("}", "") for p in persons]
-    if not names:
-        title = entry.fields.get("title", entry.key).replace("{", "").replace("}", "")
-        return " ".join(title.split()[:3])
+    if not names:   # as the in-text citation shows it: the title
+        title = entry.fields.get("title", entry.key)
+        return title.replace("{", "").replace("}", "").replace("\\&", "&")
     if len(names) == 1:
         return names[0]
     if len(names) == 2:
@@ -68,15 +68,14 @@ class AuthorYearStyle(UnsrtStyle):
     default_label_style = AuthorYearLabels
     default_sorting_style = SortingStyle
 
-    def format_entries(self, entries):
-        for entry in entries:
-            if "eprint" not in entry.fields and "url" not in entry.fields:
-                for key in ("journal", "note", "howpublished"):
-                    found = ARXIV.search(entry.fields.get(key, ""))
-                    if found:
-                        entry.fields["eprint"] = found.group(1)
-                        break
-        return super().format_entries(entries)
+    def format_entry(self, label, entry, bib_data=None):
+        if "eprint" not in entry.fields and "url" not in entry.fields:
+            for key in ("journal", "note", "howpublished"):
+                found = ARXIV.search(entry.fields.get(key, ""))
+                if found:
+                    entry.fields["eprint"] = found.group(1)
+                    break
+        return super().format_entry(label, entry, bib_data=bib_data)
 
 
 # --------------------------------------------------------------------------- assignments
@@ -124,16 +123,15 @@ class AssignmentsDirective(Directive):
         if not rows:
             return [nodes.paragraph(text="No graded assignment yet.")]
         lines = [
-            "| assignment | questions (points) | needs the chapters | linked from | notebook |",
-            "|---|---|---|---|---|",
+            "| assignment | questions (points) | read first | notebook |",
+            "|---|---|---|---|",
         ]
         for r in rows:
             needs = ", ".join(f"{{doc}}`{n}`" for n in r["needs"]) or "—"
-            last = f"{{doc}}`{r['needs'][-1]}`" if r["needs"] else "—"
             notebook = f"{{download}}`{r['file']} <../exercises/{r['file']}>`"
             lines.append(
-                f"| **{r['id']}**: {r['title']} | {r['questions']} ({r['points']}) "
-                f"| {needs} | {last} | {notebook} |"
+                f"| **{r['title']}** ({r['id']}) | {r['questions']} ({r['points']}) "
+                f"| {needs} | {notebook} |"
             )
         container = nodes.container(classes=["tpp-assignments"])
         self.state.nested_parse(StringList(lines), self.content_offset, container)
