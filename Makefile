@@ -60,7 +60,7 @@ book: $(STAMP)
 ## One PDF of the whole book: the single-page HTML build printed by the machine's Chromium.
 pdf: $(STAMP)
 	$(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
-	$(BIN)/python _ext/print_pdf.py _build/singlehtml/index.html _build/pdf/book.pdf
+	$(BIN)/python _ext/print_pdf.py _build/singlehtml/intro.html _build/pdf/book.pdf
 
 ## The whole test suite: library, grader, notebooks (chapters and solutions run top to bottom), site.
 test: $(STAMP)

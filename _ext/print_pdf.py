@@ -1,6 +1,6 @@
 """Print the single-page HTML build of the book into one PDF with the machine's Chromium.
 
-    python _ext/print_pdf.py _build/singlehtml/index.html _build/pdf/book.pdf
+    python _ext/print_pdf.py _build/singlehtml/intro.html _build/pdf/book.pdf
 
 No LaTeX: Chromium (driven through playwright, with the network refused) loads the page, waits
 until MathJax has typeset every formula, and prints it with the site's print stylesheet.
@@ -31,9 +31,10 @@ def print_pdf(html: Path, pdf: Path, chromium: str | None = None) -> Path:
         page.goto(html.resolve().as_uri(), wait_until="load", timeout=300_000)
         page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise)"
                       " || null")
+        typeset = page.evaluate("() => document.querySelectorAll('mjx-container').length")
         unrendered = page.evaluate("() => document.querySelectorAll('mjx-merror').length")
-        if unrendered:
-            raise SystemExit(f"make pdf: MathJax reported {unrendered} errors")
+        if unrendered or not typeset:
+            raise SystemExit(f"make pdf: MathJax typeset {typeset} formulas, {unrendered} errors")
         page.emulate_media(media="print")
         page.pdf(path=str(pdf), format="A4", print_background=True,
                  margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"},

@@ -7,6 +7,7 @@
 * one search field (the header's button), a footer without the author line, ``_static/tpp.css``;
 * the bibliography style ``authoryear``: author–year labels like the citations, sorted by author,
   and an arXiv link for every entry whose ``eprint``, ``journal`` or ``note`` names an arXiv id;
+* ``singlehtml`` (``make pdf``) renders every node ``html`` renders;
 * the directive ``tpp-assignments``: the table of graded assignments, read from the masters in
   ``solutions/`` at every build (a new master appears without editing the page).
 """
@@ -162,9 +163,22 @@ def _configure(app, config) -> None:
                 app.disconnect(listener.id)
 
 
+def _singlehtml_handlers(app) -> None:
+    """``make pdf`` builds ``singlehtml``: give it every node visitor registered for ``html``.
+
+    Some extensions register visitors for ``singlehtml`` too, and then Sphinx stops falling back
+    to the ``html`` ones (myst-nb's hidden-input node would be unknown).
+    """
+    handlers = app.registry.translation_handlers
+    if app.builder.name == "singlehtml" and "singlehtml" in handlers:
+        for node, visitors in handlers.get("html", {}).items():
+            handlers["singlehtml"].setdefault(node, visitors)
+
+
 def setup(app):
     register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle)
     app.connect("config-inited", _configure, priority=900)
+    app.connect("builder-inited", _singlehtml_handlers)
     app.add_css_file("tpp.css")
     app.add_directive("tpp-assignments", AssignmentsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
