@@ -64,7 +64,7 @@ pdf: $(STAMP)
 
 ## The whole test suite: library, grader, notebooks (chapters and solutions run top to bottom), site.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 tests chapters solutions
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 tests chapters solutions
 
 ## Strip outputs from notebooks when git stages them (a clean filter, see .gitattributes), so that
 ## running a chapter in JupyterLab never puts outputs into a commit.

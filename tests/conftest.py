@@ -24,3 +24,23 @@ def torch() -> ModuleType:
             pytest.fail("TPP_REQUIRE_TORCH=1 but torch is not installed: "
                         "run `pip install -e \".[torch]\"` (torch==2.13.0, CPU build)")
         pytest.skip("torch is not installed: `pip install -e \".[torch]\"` to run this test")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _grader_reference_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The grader caches master reference values in the user's cache folder: keep the tests'
+    copies in a temporary folder of the session instead (deleted with it)."""
+    os.environ.setdefault("TPP_GRADE_CACHE", str(tmp_path_factory.mktemp("grade-cache")))
+
+
+@pytest.fixture(scope="session")
+def bwrap() -> None:
+    """The grader's OS sandbox (bubblewrap): skips where it cannot run, fails instead when
+    ``TPP_REQUIRE_SANDBOX=1`` (CI sets it, so the sandbox tests cannot be skipped there)."""
+    from tpp.grading import sandbox
+
+    why = sandbox.probe()
+    if why:
+        if os.environ.get("TPP_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"TPP_REQUIRE_SANDBOX=1 but the grader's sandbox cannot run: {why}")
+        pytest.skip(f"no OS sandbox here ({why}): apt-get install bubblewrap")

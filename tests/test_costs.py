@@ -58,8 +58,8 @@ def test_gqa_kv_replication_in_memory_terms():
     terms = memory.activation_terms_per_layer(16, 1, 64, 8, 8, n_kv_heads=4)
     assert terms["k"] == 2 * 16 * 1 * 8  # one head of width 8
     # 24 heads, 8 KV heads, TP 12: 12 ranks cannot share 8 KV heads evenly
-    with pytest.raises(ValueError, match="TP=12 > n_kv_heads=8 needs TP to be a multiple of "
-                       "n_kv_heads to replicate KV heads: use TP=8 or a multiple"):
+    with pytest.raises(ValueError, match="TP=12 exceeds n_kv_heads=8 and is not a multiple of "
+                       "it, so KV heads cannot be replicated evenly: use TP=8 or a multiple"):
         memory.activation_terms_per_layer(16, 1, 96, 24, 12, n_kv_heads=8)
     with pytest.raises(ValueError, match="a=12 heads must be a multiple of n_kv_heads=8.*change "
                                          "n_kv_heads"):
@@ -207,3 +207,32 @@ def test_training_crossover_bandwidth_flips_the_order():
         assert tp.tp_crossover_degree(times) == winner
     with pytest.raises(ValueError, match="need t_high > t_low >= 1, got t_low=8, t_high=4"):
         tp.tp_crossover_bandwidth(8, 4096, 4096, 8, 4, fl, 989e12)
+
+
+def test_kv_heads_per_rank_is_attention_splits_rule():
+    """One rule, one place: memory.kv_heads_per_rank answers (and fails) exactly as
+    attention_split with KV replication, over a grid of KV heads and TP degrees."""
+    from tpp.tensor_parallel.attention import attention_split
+
+    for n_kv in (1, 2, 3, 4, 8, 12):
+        for t in range(1, 33):
+            n_heads = 96
+            try:
+                want = attention_split(n_heads, n_kv, t, replicate_kv=True).kv_heads_per_rank
+            except ValueError as err:
+                with pytest.raises(ValueError) as got:
+                    memory.kv_heads_per_rank(n_kv, t, n_heads=n_heads)
+                assert str(got.value) == str(err)
+                continue
+            assert memory.kv_heads_per_rank(n_kv, t, n_heads=n_heads) == want
+            assert memory.kv_heads_per_rank(n_kv, t) == want
+
+
+def test_kv_heads_per_rank_delegates(monkeypatch):
+    """A change to attention_split's rule reaches memory.kv_heads_per_rank (no second copy)."""
+    import tpp.costs.memory as mem
+    from tpp.tensor_parallel.attention import AttentionSplit
+
+    monkeypatch.setattr(mem, "attention_split",
+                        lambda h, kv, t, replicate_kv=False: AttentionSplit(t, h, kv, h // t, 7, 1))
+    assert mem.kv_heads_per_rank(8, 2) == 7

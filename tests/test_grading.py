@@ -21,13 +21,15 @@ import pytest
 from tpp.grading.assign import exercise_text
 from tpp.grading.example import CORRECT, WRONG, submission, write_demo_master
 from tpp.grading.grade import GradeOptions, grade_folder
+from tpp.grading.inputs import safe_name
 from tpp.grading.notebook import parse_master
 
 pytestmark = pytest.mark.slow
 
 TIMEOUT = 5.0
-# Submissions that need what the kernel's guard forbids (writing outside the kernel's folder,
-# starting processes): graded with the guard off, to test the grader's other defences.
+# Submissions that need what the kernel's guard and sandbox forbid (writing outside the kernel's
+# folder, starting processes): graded with both off, to test the grader's other defences (what
+# is left with --unsandboxed --no-guard). The sandbox's own attacks: test_grading_sandbox.py.
 UNGUARDED = ("kernel_lost_once", "child_process", "daemon")
 FULL = {"q1": 2, "q2": 3, "q3": 1}
 ZERO = {"q1": 0, "q2": 0, "q3": 0}
@@ -85,7 +87,7 @@ def _build(folder: Path, ex: dict, pid_file: Path) -> dict[str, object]:
         "tpp_patched": sub(
             {
                 **WRONG,
-                "a-q1": "import tpp.grading.compare as _c, tpp.grading.grade as _g\n"
+                "a-q1": "import tpp.grading.compare as _c, tpp.grading.rows as _g\n"
                 "_c.equal = _g.equal = lambda *a, **k: (True, '')\nn_allreduce_fwd = 3\n",
             }
         ),
@@ -114,8 +116,8 @@ def _build(folder: Path, ex: dict, pid_file: Path) -> dict[str, object]:
         # the kernel dies once, as if the machine lost it: retried, no points lost
         "kernel_lost_once": sub(
             _with(
-                q2="import os, pathlib\n"
-                f"_m = pathlib.Path({str(pid_file.with_name('lost.marker'))!r})\n"
+                q2="import os, pathlib\n"  # the kernel's folder outlives the kernel
+                "_m = pathlib.Path.cwd().parent / 'lost.marker'\n"
                 "if not _m.exists():\n    _m.touch()\n    os._exit(9)\n" + CORRECT["a-q2"]
             )
         ),
@@ -233,7 +235,7 @@ def _grade_batch(root: Path) -> None:
         root / "results_unguarded",
         solutions=root / "solutions",
         assignment="ex00_demo",
-        options=GradeOptions(timeout=TIMEOUT, workers=2, guard=False),
+        options=GradeOptions(timeout=TIMEOUT, workers=2, guard=False, sandbox=False),
     )
     (root / "done").touch()
 
@@ -290,7 +292,7 @@ def test_every_file_gets_exactly_one_row(batch):
     results = json.loads((batch["out"] / "results.json").read_text())
     assert len(results["students"]) == len(files) and results["max"] == 6
     for name in files:
-        assert (batch["out"] / "feedback" / f"{name}.md").is_file()
+        assert (batch["out"] / "feedback" / f"{safe_name(name)}.md").is_file()
 
 
 # --- correct, partial, wrong, blank ---------------------------------------------------------
@@ -418,7 +420,7 @@ def test_loop_that_ignores_interrupts_is_killed_and_costs_only_its_question(batc
 
 def test_20_mb_of_output_is_truncated_not_stored(batch):
     _expect(batch, "print_20mb", "graded", FULL)
-    assert (batch["out"] / "rows" / "print_20mb.json").stat().st_size < 50_000
+    assert (batch["out"] / "rows" / f"{safe_name('print_20mb')}.json").stat().st_size < 50_000
     assert (batch["out"] / "results.json").stat().st_size < 1_000_000
 
 
@@ -506,7 +508,7 @@ def test_missing_answer_cells(batch):
         ("json_list", "JSON but not a Jupyter notebook (no 'cells' list)"),
         ("binary", "not UTF-8 text (is it a notebook?)"),
         ("nbformat3", "nbformat 3 notebook; expected version 4"),
-        ("a_directory", "not a regular file"),
+        ("a_directory", "not a regular file: a folder"),
     ],
 )
 def test_invalid_files_become_rows(batch, name, reason):
@@ -533,12 +535,12 @@ def test_gradebook_is_spreadsheet_safe_and_matches_results(batch):
 
 
 def test_feedback_names_public_checks_and_hides_hidden_ones(batch):
-    text = (batch["out"] / "feedback" / "wrong.md").read_text()
+    text = (batch["out"] / "feedback" / f"{safe_name('wrong')}.md").read_text()
     assert "**Total: 0 / 6 points.**" in text
     assert "public check 1 failed: `AssertionError: each shard keeps every row`" in text
     assert "hidden check 1 failed" in text
     # nothing of the hidden cell leaks: not its source, not its variable, not its input
     for secret in ("_probe_q2", "np.arange(18.0)", "h-q2"):
         assert secret not in text
-    good = (batch["out"] / "feedback" / "correct.md").read_text()
+    good = (batch["out"] / "feedback" / f"{safe_name('correct')}.md").read_text()
     assert "failed" not in good and "**Total: 6 / 6 points.**" in good

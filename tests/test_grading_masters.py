@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from tpp.grading.assign import exercise_text
 from tpp.grading.grade import GradeOptions, grade_folder
+from tpp.grading.inputs import safe_name
 from tpp.grading.notebook import find_masters, parse_master
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def test_master_gets_full_marks_and_blank_exercise_gets_nothing(tmp_path, master
         failed = [c for c in public if not c["passed"]]
         assert failed == public, f"{q.id}: a public check passes on the blank exercise"
     # the feedback of the blank names the public failures and nothing hidden
-    text = (tmp_path / "out" / "feedback" / "blank.md").read_text()
+    text = (tmp_path / "out" / "feedback" / f"{safe_name('blank')}.md").read_text()
     assert "public check 1 failed" in text
     hidden_sources = [c.source for c in master.cells if c.role == "hidden"]
     for src in hidden_sources:

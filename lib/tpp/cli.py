@@ -1,5 +1,5 @@
 """The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``,
-``tpp check NOTEBOOK``."""
+``tpp check NOTEBOOK``, ``tpp demo``."""
 
 from __future__ import annotations
 
@@ -49,12 +49,37 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _find_solutions(given: str | None) -> Path:
+    """``--solutions``, else ``solutions/`` of the course around the working folder, else of the
+    course the ``tpp`` package belongs to; ``FileNotFoundError`` naming what was looked for."""
+    if given:
+        path = Path(given)
+        if not path.is_dir():
+            raise FileNotFoundError(f"--solutions {given}: no such folder")
+        return path
+    import tpp
+
+    looked = []
+    for start in (Path.cwd(), Path(tpp.__file__).resolve().parent):
+        for d in (start, *start.parents):
+            looked.append(d / "solutions")
+            if (d / "solutions").is_dir():
+                return d / "solutions"
+    raise FileNotFoundError(
+        "no solutions/ folder found (looked in the working folder, the folders above it and "
+        "above the tpp package): pass --solutions DIR"
+    )
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     from tpp.grading.grade import GradeOptions, grade_folder
     from tpp.grading.notebook import MasterError
 
-    root = _course_root(Path.cwd())
-    solutions = Path(args.solutions) if args.solutions else root / "solutions"
+    try:
+        solutions = _find_solutions(args.solutions)
+    except FileNotFoundError as exc:
+        print(f"tpp grade: {exc}", file=sys.stderr)
+        return 2
     options = GradeOptions(
         timeout=args.timeout,
         workers=args.jobs,
@@ -62,6 +87,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         memory_mb=args.memory_mb,
         cpu_seconds=args.cpu_seconds,
         guard=not args.no_guard,
+        allow_unsandboxed=args.unsandboxed,
     )
     try:
         summary = grade_folder(
@@ -99,6 +125,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tpp.demo import run_demo
+
+    result = run_demo()
+    ok = (all(result.ranks_bitwise_equal.values()) and result.gqa_error != ""
+          and max(result.rel_error.values()) < 1e-12)
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpp", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     pa.set_defaults(func=_cmd_assign)
 
     pg = sub.add_parser("grade", help="grade a folder of submitted notebooks")
-    pg.add_argument("submissions", help="folder of submitted *.ipynb (one student per file)")
+    pg.add_argument(
+        "submissions",
+        help="folder of submitted *.ipynb (one per student), or of one folder per student, "
+        "or a .zip of either (as learning platforms export); the student id is the file or "
+        "folder name",
+    )
     pg.add_argument("--out", required=True, help="results folder (gradebook.csv, feedback/, ...)")
     pg.add_argument("-j", "--jobs", type=int, default=1, help="parallel kernels (default 1)")
     pg.add_argument("--timeout", type=float, default=30.0, help="seconds per cell (default 30)")
@@ -129,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run kernels without the in-kernel guard (only inside a container you trust; "
         "see the instructors' page)",
     )
+    pg.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="grade even where the OS sandbox (bubblewrap) cannot run, with the in-kernel guard "
+        "only: not for credit (see the instructors' page)",
+    )
     pg.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     pg.set_defaults(func=_cmd_grade)
 
@@ -140,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--course", help="the course folder (default: found from the notebook)")
     pc.add_argument("--timeout", type=float, default=120.0, help="seconds per cell (default 120)")
     pc.set_defaults(func=_cmd_check)
+
+    pd = sub.add_parser("demo", help="the serving lesson's 'run it locally' program (NumPy only)")
+    pd.set_defaults(func=_cmd_demo)
     return parser
 
 

@@ -179,6 +179,23 @@ for _key, _name, _L, _h, _a, _n in (
     )
 
 
+_NAR = ("Narayanan et al. 2021 (arXiv:2104.04473), Table 1 (weak-scaling GPT models): GELU MLP "
+        "d_ff=4h, LayerNorm, biases, tied embeddings, sequence 2048 (learned positions), vocab "
+        "51200: ")
+#: Narayanan et al. 2021, Table 1: (params in billions, heads, hidden, layers).
+NARAYANAN_TABLE1 = (
+    (1.7, 24, 2304, 24), (3.6, 32, 3072, 30), (7.5, 32, 4096, 36), (18.4, 48, 6144, 40),
+    (39.1, 64, 8192, 48), (76.1, 80, 10240, 60), (145.6, 96, 12288, 80),
+    (310.1, 128, 16384, 96), (529.6, 128, 20480, 105), (1008.0, 160, 25600, 128),
+)
+for _n, _a, _h, _L in NARAYANAN_TABLE1:
+    MODELS[f"narayanan2021_{_n:g}b".replace(".", "_")] = ModelConfig(
+        f"GPT {_n:g}B (Narayanan 2021)", _L, _h, _a, _a, 4 * _h, 51200, _n * 1e9,
+        _NAR + f"{_L} layers, h={_h}, {_a} heads", mlp="gelu", norm="layernorm", bias=True,
+        tied_embeddings=True, learned_positions=2048,
+    )
+
+
 def model(name: str) -> ModelConfig:
     """The :class:`ModelConfig` preset called ``name`` (e.g. "llama2_70b")."""
     key = str(name).lower().replace("-", "_").replace(" ", "_")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from tpp.costs.tp import ring_factor, ring_steps
+from tpp.costs.algorithms import all_reduce_cost
 from tpp.hardware import GPU, Link, bytes_per_element, gpu, link
 from tpp.models import ModelConfig, model
 from tpp.tensor_parallel.attention import attention_split
@@ -118,6 +118,7 @@ def decode_step(
     mfu: float = 1.0,
     context_len: int = 0,
     replicate_kv: bool = True,
+    algorithm: str = "ring",
 ) -> DecodeStep:
     """Time of one decode step of ``model_cfg`` on ``tp`` GPUs for ``batch`` sequences.
 
@@ -135,6 +136,8 @@ def decode_step(
       (``max(bytes / B_mem, 2 N batch / (t F_peak mfu))``).
     * ``context_len``: tokens already in each sequence's KV cache, read once per step (0: ignore).
     * ``replicate_kv``: when ``tp > n_kv_heads`` each rank reads a whole KV head's cache.
+    * ``algorithm``: the all-reduce algorithm of :mod:`tpp.costs.algorithms` ("ring", "tree",
+      "nvls", "one_shot", "two_shot"): its bytes per GPU and its steps (each paying ``latency``).
     """
     m = _resolve_model(model_cfg)
     ln = _resolve_link(interconnect)
@@ -170,16 +173,20 @@ def decode_step(
 
     payload = int(e * batch * m.d_model)
     n_ar = allreduces_per_layer * m.n_layers if tp > 1 else 0
-    rf = ring_factor("all_reduce", tp) if ring else Fraction(1)
-    sent = n_ar * rf * payload
+    cost = all_reduce_cost(payload, tp, algorithm)
+    sent_one = cost.bytes_sent_per_rank if ring else Fraction(payload)
+    if not ring and algorithm != "ring":
+        raise ValueError("ring=False (payload only, the seed's count) describes no algorithm: "
+                         "pass algorithm='ring' with it, or ring=True")
+    sent = n_ar * sent_one
     bw_time = float(sent / Fraction(b_link))
-    lat_time = n_ar * ring_steps("all_reduce", tp) * latency
+    lat_time = n_ar * cost.steps * latency
 
     assumptions = dict(
         model=m.name, n_params=float(n), dtype=dtype, gpu=g.name, memory_bandwidth=float(b_mem),
         link=ln.name, link_bandwidth=float(b_link), bidirectional=bidirectional, latency=latency,
         ring=ring, allreduces_per_layer=allreduces_per_layer, compute_model=compute_model,
-        mfu=mfu, peak_flops=g.peak_flops_bf16, context_len=context_len,
+        mfu=mfu, peak_flops=g.peak_flops_bf16, context_len=context_len, algorithm=algorithm,
     )
     return DecodeStep(
         tp=tp, batch=batch,

@@ -20,6 +20,7 @@ keeps for backward and the tests assert the count equals these functions.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from tpp.hardware import bytes_per_element
@@ -79,19 +80,18 @@ def korthikanti_activation_bytes(
     return sbh / t * (34 + attn)
 
 
-def kv_heads_per_rank(n_kv_heads: int, t: int) -> int:
-    """KV heads held by one rank: n_kv / t, or 1 when KV heads are replicated (t > n_kv)."""
+def kv_heads_per_rank(n_kv_heads: int, t: int, n_heads: int | None = None) -> int:
+    """KV heads held by one rank: n_kv / t, or 1 when KV heads are replicated (t > n_kv).
+
+    The rule lives in :func:`tpp.tensor_parallel.attention.attention_split` (with
+    ``replicate_kv=True``); this function only asks it. ``n_heads`` (query heads) also checks
+    that ``t`` divides them; without it the fewest query heads any valid model could have,
+    ``lcm(n_kv_heads, t)``, is assumed, so only the KV-head rules apply.
+    """
     _check_pos("n_kv_heads", n_kv_heads)
     _check_pos("t", t)
-    if t <= n_kv_heads:
-        if n_kv_heads % t:
-            raise ValueError(f"TP={t} must divide n_kv_heads={n_kv_heads}: choose a TP degree "
-                             f"that divides {n_kv_heads}")
-        return n_kv_heads // t
-    if t % n_kv_heads:
-        raise ValueError(f"TP={t} > n_kv_heads={n_kv_heads} needs TP to be a multiple of "
-                         f"n_kv_heads to replicate KV heads: use TP={n_kv_heads} or a multiple")
-    return 1
+    q_heads = math.lcm(n_kv_heads, t) if n_heads is None else n_heads
+    return attention_split(q_heads, n_kv_heads, t, replicate_kv=True).kv_heads_per_rank
 
 
 def activation_terms_per_layer(
@@ -124,7 +124,7 @@ def activation_terms_per_layer(
         raise ValueError(f"a={a} heads must be a multiple of n_kv_heads={n_kv} (each KV head "
                          "serves a whole group of query heads): change n_kv_heads")
     dh = h // a
-    kv_r = kv_heads_per_rank(n_kv, t)
+    kv_r = kv_heads_per_rank(n_kv, t, n_heads=a)
     seq = s // t if sp else s  # rows of the tensors in the LayerNorm/dropout regions
     if recompute == "full":
         return {"layer_input": act_bytes * seq * b * h}

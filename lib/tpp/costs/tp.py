@@ -21,7 +21,10 @@ step (fwd + bwd)   4 AR        4 AG + 4 RS (+ 2 AG)
 Full activation recomputation re-runs the forward in backward: + 2 AR (or + 2 AG + 2 RS, and
 the re-run forward provides the gathered inputs, so no extra re-gather).
 Times use the alpha-beta model: ``steps * alpha + bytes_sent / bandwidth`` per collective, with
-``bandwidth`` in bytes/s per direction (see :mod:`tpp.hardware`).
+``bandwidth`` in bytes/s per direction (see :mod:`tpp.hardware`). ``algorithm`` (default
+``"ring"``) names the all-reduce algorithm of :mod:`tpp.costs.algorithms` (ring, tree, NVLS,
+one-shot, two-shot): its bytes per GPU and steps replace the ring's. Under SP the collectives
+are reduce-scatters and all-gathers, modelled as rings only.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from fractions import Fraction
 
 from tpp.collectives import bus_factor
 from tpp.collectives import ring_steps as _ring_steps
+from tpp.costs.algorithms import all_reduce_cost, check_algorithm
 from tpp.hardware import bytes_per_element
 
 __all__ = [
@@ -100,11 +104,13 @@ def tp_payload_bytes(b: int, s: int, h: int, dtype: str = "bf16") -> int:
 def tp_bytes_sent_per_rank(
     b: int, s: int, h: int, t: int, n_layers: int = 1, phase: str = "step",
     sp: bool = False, dtype: str = "bf16", recompute: str = "none", regather: bool = True,
+    algorithm: str = "ring",
 ) -> Fraction:
     """Bytes ONE rank sends for TP in ``n_layers`` layers: sum over collectives of
     ``ring_factor(op, t) * P`` with ``P = b s h e`` (exact ``Fraction``).
 
     A training step of a TP block (no SP): ``4 * 2(t-1)/t * b s h e`` per layer.
+    ``algorithm``: the all-reduce algorithm (:data:`tpp.costs.algorithms.ALGORITHMS`).
     """
     if isinstance(t, bool) or not isinstance(t, int) or t < 1:
         raise ValueError(f"TP degree t={t!r} must be a positive int")
@@ -112,13 +118,34 @@ def tp_bytes_sent_per_rank(
         raise ValueError(f"n_layers={n_layers!r} must be a positive int")
     p = tp_payload_bytes(b, s, h, dtype)
     counts = tp_collectives_per_layer(phase, sp, recompute, regather)
-    return n_layers * sum(c * ring_factor(op, t) * p for op, c in counts.items())
+    _check_sp_algorithm(sp, algorithm)
+    return n_layers * sum(c * _sent(op, p, t, algorithm) for op, c in counts.items())
+
+
+def _check_sp_algorithm(sp: bool, algorithm: str) -> None:
+    check_algorithm(algorithm)
+    if sp and algorithm != "ring":
+        raise ValueError(f"algorithm={algorithm!r} names an all-reduce algorithm, and sequence "
+                         "parallelism has none (reduce-scatters and all-gathers, modelled as "
+                         "rings): pass sp=False or algorithm='ring'")
+
+
+def _sent(op: str, p: int, t: int, algorithm: str) -> Fraction:
+    if op == "all_reduce":
+        return all_reduce_cost(p, t, algorithm).bytes_sent_per_rank
+    return ring_factor(op, t) * p
+
+
+def _steps(op: str, t: int, algorithm: str) -> int:
+    if op == "all_reduce":
+        return all_reduce_cost(0, t, algorithm).steps
+    return ring_steps(op, t)
 
 
 def tp_comm_time(
     b: int, s: int, h: int, t: int, bandwidth: float, latency: float = 0.0,
     n_layers: int = 1, phase: str = "step", sp: bool = False, dtype: str = "bf16",
-    recompute: str = "none", regather: bool = True,
+    recompute: str = "none", regather: bool = True, algorithm: str = "ring",
 ) -> float:
     """Seconds of TP communication: sum over collectives of ``steps*alpha + sent/bandwidth``.
 
@@ -129,9 +156,11 @@ def tp_comm_time(
         raise ValueError(f"bandwidth={bandwidth!r} must be > 0 bytes/s")
     if latency < 0:
         raise ValueError(f"latency={latency!r} must be >= 0 s")
-    sent = tp_bytes_sent_per_rank(b, s, h, t, n_layers, phase, sp, dtype, recompute, regather)
+    sent = tp_bytes_sent_per_rank(b, s, h, t, n_layers, phase, sp, dtype, recompute, regather,
+                                  algorithm)
     counts = tp_collectives_per_layer(phase, sp, recompute, regather)
-    steps = n_layers * sum(c * ring_steps(op, t) for op, c in counts.items()) if t > 1 else 0
+    steps = n_layers * sum(c * _steps(op, t, algorithm) for op, c in counts.items()) \
+        if t > 1 else 0
     return float(steps * latency + sent / Fraction(bandwidth))
 
 
@@ -151,7 +180,7 @@ class TPTrainingEstimate:
 def tp_training_layer_time(
     b: int, s: int, h: int, t: int, flops_per_layer: float, peak_flops: float,
     bandwidth: float, latency: float = 0.0, mfu: float = 1.0, overlap: float = 0.0,
-    dtype: str = "bf16",
+    dtype: str = "bf16", algorithm: str = "ring",
 ) -> TPTrainingEstimate:
     """Time of one layer's training step under TP degree ``t`` (no overlap by default).
 
@@ -166,7 +195,8 @@ def tp_training_layer_time(
     if not peak_flops > 0:
         raise ValueError(f"peak_flops={peak_flops!r} must be > 0 FLOP/s")
     compute = flops_per_layer / (t * peak_flops * mfu)
-    comm = (1 - overlap) * tp_comm_time(b, s, h, t, bandwidth, latency, 1, "step", False, dtype)
+    comm = (1 - overlap) * tp_comm_time(b, s, h, t, bandwidth, latency, 1, "step", False, dtype,
+                                        algorithm=algorithm)
     return TPTrainingEstimate(t, compute, comm)
 
 
@@ -179,7 +209,7 @@ def tp_crossover_degree(times: dict[int, float]) -> int:
 
 def tp_crossover_bandwidth(
     b: int, s: int, h: int, t_low: int, t_high: int, flops_per_layer: float,
-    peak_flops: float, mfu: float = 1.0, dtype: str = "bf16",
+    peak_flops: float, mfu: float = 1.0, dtype: str = "bf16", algorithm: str = "ring",
 ) -> float:
     """Link bandwidth (bytes/s per direction) below which TP ``t_high`` trains a layer more
     slowly than TP ``t_low`` (no latency, no overlap).
@@ -193,6 +223,6 @@ def tp_crossover_bandwidth(
     if not peak_flops > 0 or not 0 < mfu <= 1:
         raise ValueError("peak_flops must be > 0 FLOP/s and mfu in (0, 1]")
     c = Fraction(flops_per_layer) / Fraction(peak_flops * mfu)
-    v_hi = tp_bytes_sent_per_rank(b, s, h, t_high, 1, "step", False, dtype)
-    v_lo = tp_bytes_sent_per_rank(b, s, h, t_low, 1, "step", False, dtype)
+    v_hi = tp_bytes_sent_per_rank(b, s, h, t_high, 1, "step", False, dtype, algorithm=algorithm)
+    v_lo = tp_bytes_sent_per_rank(b, s, h, t_low, 1, "step", False, dtype, algorithm=algorithm)
     return float((v_hi - v_lo) / (c / t_low - c / t_high))

@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import stat
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-MAX_FILE_BYTES = 16_000_000
+MAX_FILE_BYTES = 4_000_000
+MAX_DEPTH = 32
+MAX_NODES = 100_000
 NUMBER_TAGS = ("int", "float", "frac")
 
 
@@ -67,8 +72,10 @@ def validate(value: Any, depth: int = 0) -> None:
     elif t == "array":
         ok = keys == {"t", "kind", "shape", "v"} and value["kind"] in ("b", "i", "f")
         shape, flat = value.get("shape"), value.get("v")
-        ok = ok and type(shape) is list and all(_is_int(n) and n >= 0 for n in shape)
-        ok = ok and type(flat) is list and len(flat) == math.prod(shape)
+        ok = ok and type(shape) is list and len(shape) <= MAX_DEPTH
+        ok = ok and all(_is_int(n) and 0 <= n <= MAX_NODES for n in shape)
+        ok = ok and type(flat) is list and len(flat) <= MAX_NODES
+        ok = ok and len(flat) == math.prod(shape)
         if ok:
             want = {"b": (bool,), "i": (int,), "f": (int, float)}[value["kind"]]
             ok = all(type(x) in want for x in flat)
@@ -91,16 +98,55 @@ def validate(value: Any, depth: int = 0) -> None:
         raise SchemaError(f"malformed {t!r} value")
 
 
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file (not a link, FIFO, socket or device) of at
+    most ``limit`` bytes; ``OSError`` / :class:`SchemaError` otherwise. Never blocks."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SchemaError("not a regular file")
+        if st.st_size > limit:
+            raise SchemaError(f"larger than {limit} bytes")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise SchemaError(f"larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _max_depth(raw: bytes) -> int:
+    """The deepest nesting of JSON arrays/objects in ``raw`` (strings skipped), in linear time."""
+    text = _STRING_RE.sub(b'""', raw)
+    depth = best = 0
+    for b in text.translate(None, _NOT_BRACKETS):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        best = max(best, depth)
+    return best
+
+
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
 def load_record(path: Path, nonce: str, question: str, names: list[str]) -> dict[str, Any]:
     """Read one serialised-answers file and validate it; raise :class:`SchemaError` if bad."""
-    with open(path, "rb") as fh:
-        raw = fh.read(MAX_FILE_BYTES + 1)
-    if len(raw) > MAX_FILE_BYTES:
-        raise SchemaError("answers file too large")
+    raw = read_regular(path, MAX_FILE_BYTES)
+    if raw.count(b"{") + raw.count(b"[") > 2 * MAX_NODES:
+        raise SchemaError("answers file holds too many values")
+    if _max_depth(raw) > MAX_DEPTH + 4:
+        raise SchemaError("answers file nested too deeply")
     try:
         record = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"answers file is not JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise SchemaError(f"answers file is not JSON: {str(exc)[:80]}") from None
     if type(record) is not dict or set(record) != {"nonce", "question", "values"}:
         raise SchemaError("answers record has the wrong keys")
     if record["nonce"] != nonce or record["question"] != question:

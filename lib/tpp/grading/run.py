@@ -1,32 +1,27 @@
 """Run a rebuilt notebook in a fresh, resource-limited kernel, cell by cell, and survive it.
 
-Each run starts its own kernel through a private kernelspec whose ``argv`` goes through
-:mod:`tpp.grading.launcher` (memory, CPU-time and file-size limits set with ``setrlimit``, then,
+Each run starts its own kernel through a private kernelspec (:mod:`tpp.grading.kernelspec`)
+whose ``argv`` goes through :mod:`tpp.grading.launcher`: limits set with ``setrlimit`` (hard =
+soft), the OS sandbox of :mod:`tpp.grading.sandbox` unless ``Limits.sandbox`` is off, then,
 unless ``Limits.guard`` is off, the audit hook of :mod:`tpp.grading.guard` installed before
-``ipykernel`` starts in the same process; see :func:`guard_config`). Cells run with nbclient:
-errors allowed, a per-cell timeout, no stdin (``input()`` fails at once), outputs truncated,
-Unix-socket transport. A timed-out cell is interrupted; if the kernel does not answer a probe
+``ipykernel`` starts in the same process. Cells run with nbclient: errors allowed, a per-cell
+timeout, no stdin (``input()`` fails at once), outputs truncated, Unix-socket transport in the
+kernel's own folder. A timed-out cell is interrupted; if the kernel does not answer a probe
 cell afterwards it is killed. A kernel that dies (``sys.exit`` is harmless; ``os._exit`` or a
 limit kills it) is replaced by a new one, the earlier cells are replayed and the question
 retried once; after a second death or a kill the run goes on after the failed question (see
-:func:`run_cells`). Every process a kernel started is killed when it ends, daemons included: the
-grading process makes itself a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), so a process
-that double-forks and leaves the kernel's session is re-parented to it instead of to init, and
-is killed after the session.
+:func:`run_cells`). Every process a kernel started is killed when it ends: the sandbox's PID
+namespace dies with it, and without the sandbox :mod:`tpp.grading.reaper` finds them (the
+grading process is a child subreaper, so daemons that double-fork are re-parented to it).
 """
 
 from __future__ import annotations
 
-import atexit
-import json
 import logging
 import math
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +31,28 @@ import nbformat
 import psutil
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
-KERNEL_NAME = "tpp-grader"
+from tpp.grading.kernelspec import (
+    KERNEL_NAME,
+    GraderClient,
+    guard_config,  # noqa: F401 - re-exported
+    kernelspec_dir,
+)
+from tpp.grading.reaper import (
+    _become_subreaper,
+    _children,
+    _descendants,
+    _kill_adopted,
+    _kill_group,
+    _kill_tree,
+)
+
 PROBE_TIMEOUT = 5
 _LOG = logging.getLogger("tpp.grading.nbclient")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
-_SPEC_DIRS: dict[tuple[int, int, int, str], Path] = {}
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,9 @@ class Limits:
     output_bytes: int = 20_000
     guard: bool = True
     protect: tuple[str, ...] = ()  # extra read-protected folders (solutions, results)
+    sandbox: bool = True  # run each kernel in bubblewrap (see tpp.grading.sandbox)
+    nproc: int = 64  # processes + threads of a sandboxed kernel
+    startup_timeout: float = 30.0  # seconds for a kernel to start and answer
 
 
 @dataclass
@@ -83,206 +93,13 @@ class RunOutcome:
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
-def guard_config(limits: Limits) -> dict[str, Any]:
-    """What the kernel's guard protects (see :mod:`tpp.grading.guard`).
-
-    Read-protected: ``limits.protect`` (the grader passes the solutions and results folders),
-    every ``solutions/`` and ``.git`` at or above the ``tpp`` package (the course repository),
-    the Jupyter runtime folder (other kernels' connection files) and the grader's temporary
-    folders (``tpp-grade-*``, ``tpp-ipc-*``, ``tpp-kernels-*``) other than the kernel's own.
-    Writable: only the kernel's own temporary folder, and ``/dev/null``.
-    """
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    import tpp
-
-    read = {str(Path(p).resolve()) for p in limits.protect}
-    for d in Path(tpp.__file__).resolve().parents:
-        for name in ("solutions", ".git"):
-            if (d / name).exists():
-                read.add(str(d / name))
-    read.add(str(Path(jupyter_runtime_dir()).resolve()))
-    tmp = str(Path(tempfile.gettempdir()).resolve())
-    return {
-        "read": sorted(read),
-        "read_prefixes": [[tmp, "tpp-grade-"], [tmp, "tpp-ipc-"], [tmp, "tpp-kernels-"]],
-        "write": ["/dev/null"],
-    }
-
-
-def _kernelspec_dir(limits: Limits) -> Path:
-    """A private kernelspec folder whose kernel starts through the limiting launcher."""
-    guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
-    key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard)
-    if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
-        return _SPEC_DIRS[key]
-    root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
-    atexit.register(shutil.rmtree, root, True)
-    spec = root / KERNEL_NAME
-    spec.mkdir()
-    launcher = Path(__file__).with_name("launcher.py")
-    argv = [
-        sys.executable,
-        str(launcher),
-        "--memory-mb", str(limits.memory_mb),
-        "--cpu-seconds", str(limits.cpu_seconds),
-        "--file-mb", str(limits.file_mb),
-        *(["--guard", guard] if guard else []),
-        "--",
-        sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-    ]  # fmt: skip
-    env = {
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MPLBACKEND": "Agg",
-        "PYTHONHASHSEED": "0",
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "PYTHONWARNINGS": "ignore",
-    }
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": argv,
-                "display_name": "Python 3 (tpp grader)",
-                "language": "python",
-                "env": env,
-                "metadata": {"debugger": False},
-            }
-        )
-    )
-    _SPEC_DIRS[key] = root
-    return root
-
-
-def _message_size(msg: dict[str, Any]) -> int:
-    content = msg.get("content", {})
-    if "text" in content:
-        return len(content["text"])
-    if "data" in content:
-        return sum(len(str(v)) for v in content["data"].values())
-    if "traceback" in content:
-        return sum(len(x) for x in content["traceback"])
-    return 200
-
-
-class _GraderClient(NotebookClient):
-    """nbclient with a per-cell output budget: outputs beyond it are dropped, not stored."""
-
-    def __init__(self, nb: nbformat.NotebookNode, output_bytes: int, **kw: Any) -> None:
-        super().__init__(nb, **kw)
-        self._output_bytes = output_bytes
-        self._used: dict[int, int] = {}
-        self._truncated: set[int] = set()
-
-    def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
-        used = self._used.get(cell_index, 0) + _message_size(msg)
-        self._used[cell_index] = used
-        if used > self._output_bytes:
-            if cell_index not in self._truncated:
-                self._truncated.add(cell_index)
-                outs.append(
-                    nbformat.v4.new_output(
-                        "stream", name="stderr", text="[output truncated by the grader]\n"
-                    )
-                )
-            return None
-        return super().output(outs, msg, display_id, cell_index)
-
-
-def _become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux ``prctl(PR_SET_CHILD_SUBREAPER, 1)``); True if set."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0  # 36 = PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return False
-
-
-def _children() -> dict[tuple[int, float], psutil.Process]:
-    """This process's children, keyed by (pid, creation time)."""
-    out = {}
-    try:
-        for c in psutil.Process().children():
-            try:
-                out[(c.pid, c.create_time())] = c
-            except psutil.Error:
-                pass
-    except psutil.Error:
-        pass
-    return out
-
-
-def _kill_adopted(before: set[tuple[int, float]]) -> None:
-    """Kill (and reap) the children this process adopted since ``before``: orphaned daemons.
-
-    A few passes, since a daemon may fork again while it is being killed.
-    """
-    for _ in range(5):
-        new = [p for key, p in _children().items() if key not in before]
-        if not new:
-            return
-        procs: list[psutil.Process] = []
-        for p in new:
-            try:
-                procs += [p, *p.children(recursive=True)]
-            except psutil.Error:
-                procs.append(p)
-        _kill_tree(procs)
-
-
-def _kill_tree(procs: list[psutil.Process]) -> None:
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=3)
-
-
-def _descendants(kernel: psutil.Process | None) -> list[psutil.Process]:
-    """The kernel and its descendants, if the kernel is still the process we started.
-
-    ``psutil.Process`` remembers the creation time, so a recycled pid is never mistaken for
-    the kernel, and ``kill()`` on these objects refuses recycled pids too.
-    """
-    if kernel is None or not kernel.is_running():
-        return []
-    try:
-        return [kernel, *kernel.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _kill_group(pgid: int | None, kernel: psutil.Process | None) -> None:
-    """SIGKILL the kernel's process group (orphans included), unless the pgid was recycled.
-
-    Linux does not reuse a pid while a process group of that id has members; so if a process
-    with pid ``pgid`` exists and it is not our kernel, the group is not ours: leave it.
-    """
-    if not pgid or pgid == os.getpgid(0):
-        return
-    try:
-        psutil.Process(pgid)
-        if kernel is None or not kernel.is_running():
-            return
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.Error:
-        return
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def _exit_reason(km: AsyncKernelManager) -> str:
     proc = getattr(getattr(km, "provisioner", None), "process", None)
     code = proc.poll() if proc is not None else None
     if code is None:
         return "the kernel stopped answering"
+    if code > 128 and getattr(km, "tpp_sandboxed", False):
+        code = 128 - code  # bwrap exits with 128 + the signal that killed the kernel
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -290,7 +107,7 @@ def _exit_reason(km: AsyncKernelManager) -> str:
             name = f"signal {-code}"
         hint = {
             "SIGXCPU": " (CPU-time limit reached)",
-            "SIGKILL": " (killed: CPU-time or memory limit)",
+            "SIGKILL": " (CPU-time or memory limit)",
         }.get(name, "")
         return f"the kernel was killed by {name}{hint}"
     return f"the kernel exited with code {code}"
@@ -303,6 +120,7 @@ def run_cells(
     groups: list[str | None] | None = None,
     replayable: list[bool] | None = None,
     max_restarts: int = 4,
+    private: list[bool] | None = None,
 ) -> RunOutcome:
     """Execute ``sources`` (code cells, in order) in a fresh kernel started in ``workdir``.
 
@@ -313,6 +131,8 @@ def run_cells(
     or the kernel had to be killed after a timeout, execution goes on after ``g``, skipping the
     rest of it: one question's failure does not cost the others. At most ``max_restarts``
     kernels are started after the first; a failure in a setup cell ends the run.
+    ``private[i]``: cell ``i`` runs without being stored in the kernel's input history
+    (``In``, ``_ih``, ``_i<n>``), so that later cells cannot read its source.
     """
     n = len(sources)
     groups = list(groups) if groups is not None else [None] * n
@@ -327,6 +147,8 @@ def run_cells(
         "language": "python",
     }
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    for cell, hide in zip(nb.cells, private or [], strict=False):
+        cell.metadata["private"] = bool(hide)  # not stored in the kernel's history (In, _ih)
     result = RunOutcome([CellOutcome("not-run") for _ in sources])
     start = time.monotonic()
     failed: set[str] = set()
@@ -400,14 +222,19 @@ def _session(
 
     _become_subreaper()
     adopted_before = set(_children())
-    ipc = Path(tempfile.mkdtemp(prefix="tpp-ipc-"))
+    # The kernel's shared folder (the parent of its working folder): connection file and
+    # Unix sockets live there, where only this kernel (sandboxed) and the grader can reach them.
+    shared = workdir.parent
+    token = os.urandom(6).hex()
     km = AsyncKernelManager(
         kernel_name=KERNEL_NAME,
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(_kernelspec_dir(limits))]),
-        transport="ipc",  # Unix sockets: no TCP port races between parallel kernels
-        ip=str(ipc / "k"),
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernelspec_dir(limits))]),
+        transport="ipc",  # Unix sockets: no TCP port, nothing on the network
+        ip=str(shared / f"k{token}"),
+        connection_file=str(shared / f"kernel-{token}.json"),
     )
-    client = _GraderClient(
+    km.tpp_sandboxed = limits.sandbox  # type: ignore[attr-defined]
+    client = GraderClient(
         nb,
         limits.output_bytes,
         km=km,
@@ -415,7 +242,7 @@ def _session(
         allow_errors=True,
         interrupt_on_timeout=False,
         record_timing=False,
-        startup_timeout=60,
+        startup_timeout=max(1, math.ceil(limits.startup_timeout)),
         shutdown_kernel="immediate",
         log=_LOG,
     )
@@ -436,7 +263,9 @@ def _session(
                 kernel = None
             for j in replay:
                 try:
-                    client.execute_cell(nb.cells[j], j)
+                    client.execute_cell(
+                        nb.cells[j], j, store_history=not nb.cells[j].metadata.get("private")
+                    )
                 except (DeadKernelError, CellTimeoutError, KeyError, ValueError, TypeError):
                     pids = _descendants(kernel)
                     return -1, ("died", "the kernel failed while replaying earlier cells")
@@ -447,7 +276,9 @@ def _session(
                     break
                 stop = i
                 try:
-                    client.execute_cell(nb.cells[i], i)
+                    client.execute_cell(
+                        nb.cells[i], i, store_history=not nb.cells[i].metadata.get("private")
+                    )
                 except DeadKernelError:
                     outcomes[i] = CellOutcome("died")
                     event = ("died", _exit_reason(km))
@@ -490,11 +321,15 @@ def _session(
         _kill_tree(pids)
         _kill_group(pgid, kernel)
         _kill_adopted(adopted_before)
-        shutil.rmtree(ipc, ignore_errors=True)
+        for p in shared.glob(f"*{token}*"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
     return stop, event
 
 
-def _recover(client: _GraderClient, km: AsyncKernelManager, index: int) -> bool:
+def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:
     """Interrupt the kernel after a timeout; True if it then runs a trivial cell promptly."""
     original = client.nb.cells[index]
     try:

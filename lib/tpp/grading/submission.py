@@ -10,13 +10,26 @@ After the last cell of each question a grader cell serialises that question's an
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpp.grading import params as _params
+from tpp.grading.compare import SchemaError, read_regular
 from tpp.grading.notebook import Master, source_text
 from tpp.grading.serialise import serialiser_source
+
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFDIR: "a folder",
+}
 
 MAX_SUBMISSION_BYTES = 50_000_000
 MISSING_STUB = 'raise NotImplementedError("this answer cell is missing from the submission")\n'
@@ -52,12 +65,24 @@ class Rebuilt:
 
 
 def read_notebook(path: Path) -> dict[str, Any]:
-    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook)."""
-    if not path.is_file():
-        raise Rejected("invalid-notebook", "not a regular file")
-    if path.stat().st_size > MAX_SUBMISSION_BYTES:
-        raise Rejected("invalid-notebook", "larger than 50 MB")
-    raw = path.read_bytes()
+    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook).
+
+    Only a regular file is read (``lstat``, ``O_NOFOLLOW``, ``O_NONBLOCK``): a symbolic link,
+    FIFO, socket or device is rejected without being opened for reading.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise Rejected("invalid-notebook", f"cannot read it ({type(exc).__name__})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+        raise Rejected("invalid-notebook", f"not a regular file: {kind}")
+    try:
+        raw = read_regular(path, MAX_SUBMISSION_BYTES)
+    except SchemaError as exc:
+        raise Rejected("invalid-notebook", str(exc)) from None
+    except OSError as exc:
+        raise Rejected("invalid-notebook", f"cannot read it ({type(exc).__name__})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -101,8 +126,22 @@ def _tag_question(cell: dict[str, Any]) -> str | None:
     return q if isinstance(q, str) else None
 
 
-def answer_sources(nb: dict[str, Any], master: Master) -> dict[str, str]:
-    """Master answer-cell id -> the submission's source for it (absent if not found)."""
+def _student_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    return {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], list[str]]:
+    """Master answer-cell id -> the submission's source for it (absent if not found), and
+    warnings. A cell is found by id, else by tag; else an untagged code cell that assigns the
+    variables the master's answer cell assigns is taken, with a warning."""
     code = _code_cells(nb)
     answer_ids = [c.id for c in master.cells if c.role == "answer"]
     by_id: dict[str, dict[str, Any]] = {}
@@ -112,6 +151,7 @@ def answer_sources(nb: dict[str, Any], master: Master) -> dict[str, str]:
             by_id[cid] = c
     used = {id(c) for c in by_id.values()}
     found: dict[str, str] = {}
+    warnings: list[str] = []
     for q in master.questions:
         fallback = [
             c
@@ -123,16 +163,61 @@ def answer_sources(nb: dict[str, Any], master: Master) -> dict[str, str]:
             if cell is None and fallback:
                 cell = fallback.pop(0)
             if cell is None:
+                cell = _by_names(code, used, mcell.source, answer_ids)
+                if cell is not None:
+                    warnings.append(
+                        f"{q.id}: the answer cell was not found by its id or tag; a cell "
+                        "assigning the same variables was graded instead"
+                    )
+            if cell is None:
                 continue
+            used.add(id(cell))
             try:
                 found[mcell.id] = source_text(cell.get("source", ""))
             except TypeError:
                 continue
-    return found
+    return found, warnings
 
 
-def rebuild(master: Master, answers: dict[str, str], answers_dir: Path) -> Rebuilt:
-    """The notebook to run: the master's cells, the submission's answers, serialiser cells."""
+def _by_names(
+    code: list[dict[str, Any]], used: set[int], master_source: str, answer_ids: list[str]
+) -> dict[str, Any] | None:
+    """The last unused, untagged code cell assigning every variable of ``master_source``."""
+    want = _student_names(master_source)
+    want = {n for n in want if not n.startswith("_")}
+    if not want:
+        return None
+    best = None
+    for c in code:
+        if id(c) in used or c.get("id") in answer_ids or _tag_question(c) is not None:
+            continue
+        try:
+            names = _student_names(source_text(c.get("source", "")))
+        except TypeError:
+            continue
+        if want <= names:
+            best = c
+    return best
+
+
+def parameters_of(master: Master, student: str | None) -> dict[str, Any] | None:
+    """The per-student parameters of ``student`` for this master (None: no parameters cell)."""
+    for c in master.cells:
+        if c.cell_type == "code" and _params.TAG in c.tags:
+            choices = _params.choices_of(c.source)
+            if choices is None:
+                return None
+            return _params.draw(student or "master", master.assignment, choices)
+    return None
+
+
+def rebuild(
+    master: Master, answers: dict[str, str], answers_dir: Path, student: str | None = None
+) -> Rebuilt:
+    """The notebook to run: the master's cells, the submission's answers, serialiser cells.
+
+    With ``student``, the master's ``parameters`` cell gets that student's id.
+    """
     nonce = secrets.token_hex(8)
     code = [c for c in master.cells if c.cell_type == "code"]
     last_of = {}
@@ -151,6 +236,8 @@ def rebuild(master: Master, answers: dict[str, str], answers_dir: Path) -> Rebui
                 missing.append(c.id)
         else:
             src = c.source
+            if _params.TAG in c.tags:  # the same id as parameters_of(master, student)
+                src = _params.with_student(src, student if student is not None else "master")
         cells.append(GradeCell(src, c.role or "setup", c.question, c.id))
         for q in master.questions:
             if last_of.get(q.id) == i:

@@ -1,7 +1,8 @@
 """SymPy derivations of the ring collectives' costs (Patarasuk & Yuan 2009; NCCL tests).
 
 Symbols: ``N`` ranks (positive integer), ``M`` payload bytes (positive), ``alpha`` latency per
-step (seconds), ``B`` bandwidth per direction (bytes/s), ``s`` the step index.
+step (seconds), ``beta`` bandwidth per direction (bytes/s; ``B`` is an alias kept for old code,
+the course's notation is beta), ``s`` the step index.
 
 The derivation sums what one rank sends, step by step:
 
@@ -9,7 +10,7 @@ The derivation sums what one rank sends, step by step:
   ``Sum(M/N, (s, 0, N-2)) = (N-1) M / N``;
 * all-gather phase: the same, ``(N-1) M / N``;
 * all-reduce = reduce-scatter + all-gather: ``2 (N-1) M / N``, in 2(N-1) steps;
-* alpha-beta time: ``steps * alpha + bytes_per_rank / B``.
+* alpha-beta time: ``steps * alpha + bytes_per_rank / beta``.
 
 Also, for the f/g chapter, :func:`copy_backward_is_sum` and :func:`sum_backward_is_copy` derive
 from the chain rule that the backward of "copy x to T ranks" is a sum and vice versa.
@@ -21,6 +22,7 @@ import sympy as sp
 
 __all__ = [
     "B",
+    "beta",
     "M",
     "N",
     "alpha",
@@ -38,7 +40,8 @@ __all__ = [
 N = sp.Symbol("N", integer=True, positive=True)
 M = sp.Symbol("M", positive=True)
 alpha = sp.Symbol("alpha", nonnegative=True)
-B = sp.Symbol("B", positive=True)
+beta = sp.Symbol("beta", positive=True)
+B = beta  # alias: the course writes the link bandwidth as beta (appendix_notation)
 s = sp.Symbol("s", integer=True, nonnegative=True)
 
 _OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -100,8 +103,10 @@ def ring_factor(op: str = "all_reduce") -> sp.Expr:
 
 
 def alpha_beta_time(op: str = "all_reduce") -> sp.Expr:
-    """``T = steps * alpha + bytes_per_rank / B``; all-reduce: ``2(N-1) alpha + 2(N-1)M/(N B)``."""
-    return ring_steps(op) * alpha + bytes_per_rank(op) / B
+    """``T = steps * alpha + bytes_per_rank / beta``; all-reduce:
+    ``2(N-1) alpha + 2(N-1)M/(N beta)``. A ring model: a bound that fits large messages (see
+    :mod:`tpp.costs.algorithms` for tree, NVLS and one-shot all-reduces)."""
+    return ring_steps(op) * alpha + bytes_per_rank(op) / beta
 
 
 def copy_backward_is_sum(T: int) -> tuple[sp.Expr, sp.Expr]:

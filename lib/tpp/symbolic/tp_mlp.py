@@ -8,7 +8,12 @@ Convention: row vectors, as in the rest of ``tpp``. Activations ``X`` are ``(n, 
 Column-then-row sharding over ``T`` ranks splits ``W1 = [W1^(1) ... W1^(T)]`` (and ``W3``) along
 the output (last) axis and ``W2`` along its input (first) axis into the matching row blocks, so
 
-    Y = sum_t sigma(X W1^(t)) W2^(t)                                            (Megatron eq. 3)
+    Y = sum_t sigma(X W1^(t)) W2^(t)
+
+Shoeybi et al.'s eq. (3) is only the first half, the column split
+``[Y_1, Y_2] = [GeLU(X A_1), GeLU(X A_2)]``; the sum over shards is the row-parallel second GEMM
+that the text after eq. (3) and Fig. 3a describe (its partial sums are added by ``g``'s
+all-reduce).
 
 The functions below build these expressions (block form with ``MatrixSymbol`` and explicit
 entries with a generic, undefined element-wise ``sigma``), so the chapters can display them and
@@ -73,7 +78,8 @@ def block_column_row(tp: int) -> BlockDerivation:
     """Block-matrix form of the column-then-row MLP for ``tp`` ranks (symbolic sizes n, d, k).
 
     ``W1^(t)`` is ``(d, k)`` and ``W2^(t)`` is ``(k, d)`` with ``k = d_ff / T``; the result is
-    ``Y = sum_{t=1}^{T} sigma(X W1^(t)) W2^(t)`` (Shoeybi et al. 2019, eq. (3) in row-vector form).
+    ``Y = sum_{t=1}^{T} sigma(X W1^(t)) W2^(t)``, the row-parallel second GEMM of Shoeybi et
+    al. 2019, Fig. 3a (their eq. (3) is only the column split of the first GEMM).
     """
     _check_tp(tp)
     n, d, k = sp.symbols("n d k", positive=True, integer=True)

@@ -9,18 +9,42 @@
 * :mod:`.attention`: Attention (reference) and ShardedAttention (MHA and GQA, KV replication).
 * :mod:`.sequence`: the sequence-parallel operator pairs (all-gather / reduce-scatter).
 * :mod:`.block`: a transformer block under TP and under TP+SP.
+
+The MLP, attention and f/g exist once, as per-rank programs on a communicator
+(:func:`sharded_mlp_forward`, :func:`sharded_attention_forward`, :func:`f_forward`, ...); the
+classes run them on simulated ranks with :func:`tpp.collectives.spmd`, and
+:mod:`tpp.distributed` runs them on ``torch.distributed`` processes.
 """
 
 from .activations import gelu, gelu_grad, sigmoid, silu, silu_grad
-from .attention import Attention, ShardedAttention, attention_split, init_attention_weights
+from .attention import (
+    Attention,
+    AttentionRank,
+    ShardedAttention,
+    attention_split,
+    init_attention_weights,
+    sharded_attention_backward,
+    sharded_attention_forward,
+)
 from .block import ShardedTransformerBlock, TransformerBlock, init_block_weights
 from .linear import ColumnParallelLinear, RowParallelLinear, linear_backward
-from .mlp import ACTIVATIONS, MLP, ShardedMLP
+from .mlp import (
+    ACTIVATIONS,
+    MLP,
+    MLP_VARIANTS,
+    ShardedMLP,
+    sharded_mlp_backward,
+    sharded_mlp_forward,
+)
 from .operators import (
     CopyToTP,
     ReduceFromTP,
     copy_to_tp_region,
     copy_to_tp_region_backward,
+    f_backward,
+    f_forward,
+    g_backward,
+    g_forward,
     reduce_from_tp_region,
     reduce_from_tp_region_backward,
 )
@@ -36,6 +60,16 @@ from .sequence import (
 from .sharding import check_divisible, check_tp, shard, shard_columns, shard_rows, unshard
 
 __all__ = [
+    "AttentionRank",
+    "MLP_VARIANTS",
+    "f_backward",
+    "f_forward",
+    "g_backward",
+    "g_forward",
+    "sharded_attention_backward",
+    "sharded_attention_forward",
+    "sharded_mlp_backward",
+    "sharded_mlp_forward",
     "Attention",
     "GatherFromSP",
     "ReduceScatterToSP",

@@ -22,6 +22,11 @@ Splitting rules (checked by :func:`attention_split`):
   is then held by R = TP / n_kv_heads ranks (its weights, activations and KV cache are stored R
   times), and in training the R replicas' weight gradients are summed by an all-reduce among
   them (recorded in :attr:`ShardedAttention.kv_groups`).
+
+The sharded layer exists once, as the program of one rank (:class:`AttentionRank` holds the
+rank's shards; :func:`sharded_attention_forward` / :func:`sharded_attention_backward` call f
+and g on a communicator). :class:`ShardedAttention` runs it on simulated ranks with
+:func:`tpp.collectives.spmd`; :mod:`tpp.distributed` runs it on ``torch.distributed``.
 """
 
 from __future__ import annotations
@@ -31,13 +36,21 @@ from fractions import Fraction
 
 import numpy as np
 
-from tpp.collectives import ProcessGroup
+from tpp.collectives import Communicator, ProcessGroup, SimulatedWorld, spmd
 from tpp.hardware import bytes_per_element
 
-from .dropout import dropout_backward, dropout_forward, dropout_mask
+from .attention_core import (
+    AttentionSplit,
+    _as_sbd,
+    _check_weights,
+    attention_core_backward,
+    attention_core_forward,
+    attention_split,
+    init_attention_weights,
+)
+from .dropout import dropout_mask
 from .linear import linear_backward
-from .operators import CopyToTP, ReduceFromTP
-from .sharding import check_tp
+from .operators import CopyToTP, ReduceFromTP, f_backward, f_forward, g_backward, g_forward
 
 __all__ = [
     "AttentionSplit",
@@ -46,171 +59,13 @@ __all__ = [
     "attention_core_backward",
     "init_attention_weights",
     "Attention",
+    "AttentionRank",
     "ShardedAttention",
+    "attention_partial_backward",
+    "attention_partial_forward",
+    "sharded_attention_backward",
+    "sharded_attention_forward",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# the split
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AttentionSplit:
-    """How ``n_heads`` query and ``n_kv_heads`` KV heads are laid out over ``tp`` ranks."""
-
-    tp: int
-    n_heads: int
-    n_kv_heads: int
-    q_heads_per_rank: int
-    kv_heads_per_rank: int
-    replicas: int  # ranks holding each KV head (1 = no replication)
-
-    def q_heads(self, rank: int) -> list[int]:
-        """Global indices of the query heads of ``rank``."""
-        q = self.q_heads_per_rank
-        return list(range(rank * q, (rank + 1) * q))
-
-    def kv_heads(self, rank: int) -> list[int]:
-        """Global indices of the KV heads ``rank`` holds."""
-        if self.replicas > 1:
-            return [rank // self.replicas]
-        k = self.kv_heads_per_rank
-        return list(range(rank * k, (rank + 1) * k))
-
-
-def attention_split(n_heads: int, n_kv_heads: int, tp: int,
-                    replicate_kv: bool = False) -> AttentionSplit:
-    """Check that ``tp`` ranks can share the heads, and say how; ValueError says what to change.
-
-    >>> attention_split(64, 8, 16)
-    Traceback (most recent call last):
-    ...
-    ValueError: TP=16 must divide n_kv_heads=8: lower TP to 8 or pass replicate_kv=True
-    """
-    tp = check_tp(tp)
-    for name, v in (("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}={v!r} must be a positive integer")
-    if n_heads % n_kv_heads:
-        raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads} "
-                         "(each KV head serves a whole group of query heads)")
-    if n_heads % tp:
-        divisors = [t for t in range(1, n_heads + 1) if n_heads % t == 0 and t < tp]
-        raise ValueError(f"TP={tp} must divide n_heads={n_heads}: lower TP to {divisors[-1]} "
-                         f"(a divisor of {n_heads})")
-    if tp <= n_kv_heads:
-        if n_kv_heads % tp:
-            raise ValueError(f"TP={tp} must divide n_kv_heads={n_kv_heads}: choose TP among the "
-                             f"divisors of {n_kv_heads}")
-        return AttentionSplit(tp, n_heads, n_kv_heads, n_heads // tp, n_kv_heads // tp, 1)
-    if tp % n_kv_heads:
-        raise ValueError(f"TP={tp} exceeds n_kv_heads={n_kv_heads} and is not a multiple of it, "
-                         f"so KV heads cannot be replicated evenly: use TP={n_kv_heads} or a "
-                         f"multiple of {n_kv_heads}")
-    if not replicate_kv:
-        raise ValueError(f"TP={tp} must divide n_kv_heads={n_kv_heads}: lower TP to "
-                         f"{n_kv_heads} or pass replicate_kv=True")
-    return AttentionSplit(tp, n_heads, n_kv_heads, n_heads // tp, 1, tp // n_kv_heads)
-
-
-# --------------------------------------------------------------------------------------------
-# the per-head core: softmax(Q K^T / sqrt(d_head) + causal) V
-# --------------------------------------------------------------------------------------------
-def _onehot(kv_index: np.ndarray, n_kv: int) -> np.ndarray:
-    m = np.zeros((len(kv_index), n_kv))
-    m[np.arange(len(kv_index)), kv_index] = 1.0
-    return m
-
-
-def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_index: np.ndarray,
-                           causal: bool = True, mask: np.ndarray | None = None,
-                           p: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-head attention. ``q``: (s, b, hq, dh); ``k``, ``v``: (s, b, hk, dh); query head ``i``
-    uses KV head ``kv_index[i]``. ``mask``: dropout keep-mask (b, hq, s, s) or None.
-
-    Returns ``(o, probs, dropped)``: o (s, b, hq, dh), the softmax output (b, hq, s, s) and the
-    dropout output (the same array as ``probs`` when ``mask`` is None).
-    """
-    dh = q.shape[-1]
-    kr, vr = k[:, :, kv_index], v[:, :, kv_index]
-    scores = np.einsum("sbhd,tbhd->bhst", q, kr) / np.sqrt(dh)
-    if causal:
-        s = q.shape[0]
-        scores = np.where(np.tril(np.ones((s, s), dtype=bool)), scores, -np.inf)
-    scores = scores - scores.max(-1, keepdims=True)
-    e = np.exp(scores)
-    probs = e / e.sum(-1, keepdims=True)
-    dropped = probs if mask is None else dropout_forward(probs, mask, p)
-    o = np.einsum("bhst,tbhd->sbhd", dropped, vr)
-    return o, probs, dropped
-
-
-def attention_core_backward(do: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                            kv_index: np.ndarray, probs: np.ndarray, dropped: np.ndarray,
-                            mask: np.ndarray | None = None, p: float = 0.0
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Backward of :func:`attention_core_forward`: returns ``(dq, dk, dv)``.
-
-    ``dV = P_d^T dO``; ``dP_d = dO V^T``; through dropout; softmax:
-    ``dS = P * (dP - rowsum(dP * P))``; ``dQ = dS K / sqrt(dh)``, ``dK = dS^T Q / sqrt(dh)``;
-    the gradients of a KV head shared by a group of query heads are summed over the group.
-    """
-    dh = q.shape[-1]
-    n_kv = k.shape[2]
-    onehot = _onehot(kv_index, n_kv)
-    kr, vr = k[:, :, kv_index], v[:, :, kv_index]
-    d_dropped = np.einsum("sbhd,tbhd->bhst", do, vr)
-    dvr = np.einsum("bhst,sbhd->tbhd", dropped, do)
-    dprobs = d_dropped if mask is None else dropout_backward(d_dropped, mask, p)
-    ds = probs * (dprobs - (dprobs * probs).sum(-1, keepdims=True)) / np.sqrt(dh)
-    dq = np.einsum("bhst,tbhd->sbhd", ds, kr)
-    dkr = np.einsum("bhst,sbhd->tbhd", ds, q)
-    dk = np.einsum("tbhd,hk->tbkd", dkr, onehot)
-    dv = np.einsum("tbhd,hk->tbkd", dvr, onehot)
-    return dq, dk, dv
-
-
-def init_attention_weights(d: int, n_heads: int, n_kv_heads: int | None = None,
-                           d_head: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights ``{"wq", "wk", "wv", "wo"}`` (float64, scaled by 1/sqrt(fan-in))."""
-    n_kv = n_heads if n_kv_heads is None else n_kv_heads
-    if d_head is None:
-        if d % n_heads:
-            raise ValueError(f"d={d} must be divisible by n_heads={n_heads}, or pass d_head")
-        d_head = d // n_heads
-    rng = np.random.default_rng(seed)
-    return {
-        "wq": rng.standard_normal((d, n_heads * d_head)) / np.sqrt(d),
-        "wk": rng.standard_normal((d, n_kv * d_head)) / np.sqrt(d),
-        "wv": rng.standard_normal((d, n_kv * d_head)) / np.sqrt(d),
-        "wo": rng.standard_normal((n_heads * d_head, d)) / np.sqrt(n_heads * d_head),
-    }
-
-
-def _check_weights(wq, wk, wv, wo, n_heads: int, n_kv_heads: int):
-    wq, wk, wv, wo = (np.asarray(w, dtype=np.float64) for w in (wq, wk, wv, wo))
-    for name, w in (("wq", wq), ("wk", wk), ("wv", wv), ("wo", wo)):
-        if w.ndim != 2:
-            raise ValueError(f"{name} must be a 2-d matrix, got shape {w.shape}")
-    d = wq.shape[0]
-    if wq.shape[1] % n_heads:
-        raise ValueError(f"wq has {wq.shape[1]} columns, not a multiple of n_heads={n_heads}: "
-                         "wq must be (d, n_heads * d_head)")
-    dh = wq.shape[1] // n_heads
-    for name, w in (("wk", wk), ("wv", wv)):
-        if w.shape != (d, n_kv_heads * dh):
-            raise ValueError(f"{name} has shape {w.shape}: it must be (d, n_kv_heads * d_head) = "
-                             f"({d}, {n_kv_heads * dh})")
-    if wo.shape != (n_heads * dh, d):
-        raise ValueError(f"wo has shape {wo.shape}: it must be (n_heads * d_head, d) = "
-                         f"({n_heads * dh}, {d})")
-    return wq, wk, wv, wo, d, dh
-
-
-def _as_sbd(x: np.ndarray, d: int) -> tuple[np.ndarray, bool]:
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim not in (2, 3) or x.shape[-1] != d:
-        raise ValueError(f"x has shape {x.shape}: pass (s, {d}) or (s, b, {d}) (sequence first)")
-    return (x[:, None, :], True) if x.ndim == 2 else (x, False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,6 +131,102 @@ class Attention:
 
 
 # --------------------------------------------------------------------------------------------
+# the program of one rank
+# --------------------------------------------------------------------------------------------
+@dataclass
+class AttentionRank:
+    """What one rank holds: its weight shards (its query heads' columns of W_Q and rows of W_O,
+    its KV heads' columns of W_K and W_V) and, for each of its query heads, the index of the KV
+    head it reads among the rank's KV heads."""
+
+    wq: np.ndarray
+    wk: np.ndarray
+    wv: np.ndarray
+    wo: np.ndarray
+    kv_index: np.ndarray
+    d_head: int
+    causal: bool = True
+    dropout_p: float = 0.0
+    recompute_core: bool = False
+
+
+def attention_partial_forward(x: np.ndarray, shard: AttentionRank,
+                              mask: np.ndarray | None = None, *, comm: Communicator | None = None
+                              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One rank, no communication: the full-sequence input x (s, b, d) -> the PARTIAL output
+    z_r (s, b, d) of the rank's heads, and the tensors it keeps for backward (name -> array).
+    ``mask``: this rank's dropout keep-mask (b, heads of the rank, s, s) or None."""
+    s, b, _ = x.shape
+    dh, p = shard.d_head, shard.dropout_p
+    q = (x @ shard.wq).reshape(s, b, -1, dh)
+    k = (x @ shard.wk).reshape(s, b, -1, dh)
+    v = (x @ shard.wv).reshape(s, b, -1, dh)
+    o, probs, dropped = attention_core_forward(q, k, v, shard.kv_index, shard.causal, mask, p)
+    o = o.reshape(s, b, -1)
+    keep = {"qkv_input": x, "q": q, "k": k, "v": v}
+    if not shard.recompute_core:
+        keep["softmax_output"] = probs
+        if mask is not None:
+            keep["softmax_dropout_mask"] = mask
+            keep["softmax_dropout_output"] = dropped
+    keep["attn_proj_input"] = o
+    return o @ shard.wo, keep
+
+
+def attention_partial_backward(dz: np.ndarray, shard: AttentionRank, saved: dict[str, np.ndarray],
+                               mask: np.ndarray | None = None, x: np.ndarray | None = None,
+                               kv_comm: Communicator | None = None, *,
+                               comm: Communicator | None = None
+                               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One rank: dL/dz (s, b, d) -> its PARTIAL dL/dx and its weight-gradient shards.
+
+    ``x``: the projection input when the caller did not keep it (sequence parallelism
+    re-gathers it); ``mask``: the recomputed dropout mask (``recompute_core``). ``kv_comm``: with
+    KV replication, the communicator among the ranks holding the same KV head; their K/V weight
+    gradients are all-reduced there (tags ``kv_replica.wk``, ``kv_replica.wv``)."""
+    s, b = dz.shape[:2]
+    p = shard.dropout_p
+    x = saved["qkv_input"] if x is None else x
+    q, k, v, o = saved["q"], saved["k"], saved["v"], saved["attn_proj_input"]
+    if shard.recompute_core:
+        _, probs, dropped = attention_core_forward(q, k, v, shard.kv_index, shard.causal, mask, p)
+    else:
+        probs = saved["softmax_output"]
+        mask = saved.get("softmax_dropout_mask")
+        dropped = saved.get("softmax_dropout_output", probs)
+    do, dwo = linear_backward(o, shard.wo, dz)
+    dq, dk, dv = attention_core_backward(do.reshape(q.shape), q, k, v, shard.kv_index, probs,
+                                         dropped, mask, p)
+    dx, dwq = linear_backward(x, shard.wq, dq.reshape(s, b, -1))
+    dxk, dwk = linear_backward(x, shard.wk, dk.reshape(s, b, -1))
+    dxv, dwv = linear_backward(x, shard.wv, dv.reshape(s, b, -1))
+    if kv_comm is not None:
+        dwk = kv_comm.all_reduce(dwk, tag="kv_replica.wk")
+        dwv = kv_comm.all_reduce(dwv, tag="kv_replica.wv")
+    return dx + dxk + dxv, {"wq": dwq, "wk": dwk, "wv": dwv, "wo": dwo}
+
+
+def sharded_attention_forward(x: np.ndarray, shard: AttentionRank,
+                              mask: np.ndarray | None = None, *, comm: Communicator
+                              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Forward of tensor-parallel attention on one rank: f, the rank's heads, g.
+    Returns ``(y, saved)``; one all-reduce (g) on ``comm``."""
+    x = f_forward(x, comm)                            # f: identity
+    z, saved = attention_partial_forward(x, shard, mask)
+    return g_forward(z, comm), saved                  # g: ALL-REDUCE
+
+
+def sharded_attention_backward(dy: np.ndarray, shard: AttentionRank, saved: dict[str, np.ndarray],
+                               mask: np.ndarray | None = None,
+                               kv_comm: Communicator | None = None, *, comm: Communicator
+                               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Backward on one rank: returns ``(dx, weight-gradient shards)``; one all-reduce (f)."""
+    dz = g_backward(dy, comm)                         # g backward: identity
+    dx, grads = attention_partial_backward(dz, shard, saved, mask, kv_comm=kv_comm)
+    return f_backward(dx, comm), grads                # f backward: ALL-REDUCE
+
+
+# --------------------------------------------------------------------------------------------
 # the tensor-parallel version
 # --------------------------------------------------------------------------------------------
 class ShardedAttention:
@@ -328,6 +279,10 @@ class ShardedAttention:
             self.shards["wv"].append(wv[:, cols(kvh)].copy())
             self.shards["wo"].append(wo[cols(qh), :].copy())
             self._kv_index.append(np.array(qh) // group_size - kvh[0])
+        self.ranks = [AttentionRank(*(self.shards[k][r] for k in ("wq", "wk", "wv", "wo")),
+                                    kv_index=self._kv_index[r], d_head=dh, causal=causal,
+                                    dropout_p=dropout_p or 0.0, recompute_core=recompute_core)
+                      for r in range(self.tp)]
         self.kv_groups = ([ProcessGroup(sp_.replicas, name=f"kv_head{j}") for j in range(n_kv)]
                           if sp_.replicas > 1 else [])
         self.saved: list[dict[str, np.ndarray]] = []
@@ -344,37 +299,42 @@ class ShardedAttention:
         q = self.split.q_heads_per_rank
         return [full[:, r * q:(r + 1) * q].copy() for r in range(self.tp)]
 
-    # -- the sharded part, without f and g -----------------------------------------------------
+    def _kv_comms(self) -> list[Communicator | None]:
+        """Per rank: its communicator among the replicas of its KV head (None: no replicas)."""
+        if not self.kv_groups:
+            return [None] * self.tp
+        R = self.split.replicas
+        worlds = [SimulatedWorld(g) for g in self.kv_groups]
+        return [worlds[r // R].communicator(r % R) for r in range(self.tp)]
+
+    def _collect(self, outs: list[tuple[np.ndarray, dict]]) -> list[np.ndarray]:
+        g = {key: [grads[key] for _, grads in outs] for key in ("wq", "wk", "wv", "wo")}
+        self.shard_grads = g
+        R = self.split.replicas
+        self.grads = {
+            "wq": np.concatenate(g["wq"], axis=1),
+            "wk": np.concatenate(g["wk"][::R], axis=1),
+            "wv": np.concatenate(g["wv"][::R], axis=1),
+            "wo": np.concatenate(g["wo"], axis=0),
+        }
+        return [dx for dx, _ in outs]
+
+    # -- the sharded part, without f and g (for the block's sequence-parallel operators) -------
     def forward_partial(self, xs: list[np.ndarray]) -> list[np.ndarray]:
         """Per rank: the full-sequence input x (s, b, d) -> PARTIAL output z_r (s, b, d).
 
-        No communication; keeps the tensors needed by :meth:`backward_partial` in
-        :attr:`saved`.
+        No communication (:func:`attention_partial_forward` on every rank); keeps the tensors
+        needed by :meth:`backward_partial` in :attr:`saved`.
         """
         if len(xs) != self.tp:
             raise ValueError(f"forward_partial got {len(xs)} arrays for TP={self.tp}")
         s, b, _ = xs[0].shape
-        dh, p = self.d_head, self.dropout_p or 0.0
         masks = self._masks(s, b)
-        self.saved, zs = [], []
-        for r, x in enumerate(xs):
-            q = (x @ self.shards["wq"][r]).reshape(s, b, -1, dh)
-            k = (x @ self.shards["wk"][r]).reshape(s, b, -1, dh)
-            v = (x @ self.shards["wv"][r]).reshape(s, b, -1, dh)
-            o, probs, dropped = attention_core_forward(q, k, v, self._kv_index[r], self.causal,
-                                                       masks[r], p)
-            o = o.reshape(s, b, -1)
-            keep = {"qkv_input": x, "q": q, "k": k, "v": v}
-            if not self.recompute_core:
-                keep["softmax_output"] = probs
-                if masks[r] is not None:
-                    keep["softmax_dropout_mask"] = masks[r]
-                    keep["softmax_dropout_output"] = dropped
-            keep["attn_proj_input"] = o
-            self.saved.append(keep)
-            zs.append(o @ self.shards["wo"][r])
+        outs = spmd(attention_partial_forward, self.tp,
+                    [(x, self.ranks[r], masks[r]) for r, x in enumerate(xs)], group=self.group)
+        self.saved = [keep for _, keep in outs]
         self._meta = (s, b)
-        return zs
+        return [z for z, _ in outs]
 
     def backward_partial(self, dzs: list[np.ndarray], xs: list[np.ndarray] | None = None
                          ) -> list[np.ndarray]:
@@ -386,58 +346,27 @@ class ShardedAttention:
         """
         if self._meta is None:
             raise ValueError("call forward before backward")
-        s, b = self._meta
-        p = self.dropout_p or 0.0
-        masks = self._masks(s, b) if self.recompute_core else [None] * self.tp
-        dxs = []
-        g = {"wq": [], "wk": [], "wv": [], "wo": []}
-        for r, dz in enumerate(dzs):
-            sv = self.saved[r]
-            x = sv["qkv_input"] if xs is None else xs[r]
-            q, k, v, o = sv["q"], sv["k"], sv["v"], sv["attn_proj_input"]
-            if self.recompute_core:
-                _, probs, dropped = attention_core_forward(q, k, v, self._kv_index[r],
-                                                           self.causal, masks[r], p)
-                mask = masks[r]
-            else:
-                probs = sv["softmax_output"]
-                mask = sv.get("softmax_dropout_mask")
-                dropped = sv.get("softmax_dropout_output", probs)
-            do, dwo = linear_backward(o, self.shards["wo"][r], dz)
-            dq, dk, dv = attention_core_backward(do.reshape(q.shape), q, k, v, self._kv_index[r],
-                                                 probs, dropped, mask, p)
-            dx, dwq = linear_backward(x, self.shards["wq"][r], dq.reshape(s, b, -1))
-            dxk, dwk = linear_backward(x, self.shards["wk"][r], dk.reshape(s, b, -1))
-            dxv, dwv = linear_backward(x, self.shards["wv"][r], dv.reshape(s, b, -1))
-            dxs.append(dx + dxk + dxv)
-            for key, val in (("wq", dwq), ("wk", dwk), ("wv", dwv), ("wo", dwo)):
-                g[key].append(val)
-        if self.split.replicas > 1:
-            for key in ("wk", "wv"):
-                for j, grp in enumerate(self.kv_groups):
-                    ranks = [r for r in range(self.tp) if self.split.kv_heads(r) == [j]]
-                    red = grp.all_reduce([g[key][r] for r in ranks], tag=f"kv_replica.{key}")
-                    for r, val in zip(ranks, red, strict=True):
-                        g[key][r] = val
-        self.shard_grads = g
-        R = self.split.replicas
-        self.grads = {
-            "wq": np.concatenate(g["wq"], axis=1),
-            "wk": np.concatenate(g["wk"][::R], axis=1),
-            "wv": np.concatenate(g["wv"][::R], axis=1),
-            "wo": np.concatenate(g["wo"], axis=0),
-        }
-        return dxs
+        masks = self._masks(*self._meta) if self.recompute_core else [None] * self.tp
+        xs = [None] * self.tp if xs is None else xs
+        kv = self._kv_comms()
+        args = [(dz, self.ranks[r], self.saved[r], masks[r], xs[r], kv[r])
+                for r, dz in enumerate(dzs)]
+        return self._collect(spmd(attention_partial_backward, self.tp, args, group=self.group))
 
     # -- with f and g --------------------------------------------------------------------------
     def forward(self, x: np.ndarray) -> np.ndarray:
         """The all-reduced output y, shape like x. Ledger: one all-reduce (g.forward)."""
         x3, squeeze = _as_sbd(x, self.d)
-        xs = self.f.forward(x3)
-        ys = self.g.forward(self.forward_partial(xs))
+        s, b, _ = x3.shape
+        masks = self._masks(s, b)
+        outs = spmd(sharded_attention_forward, self.tp,
+                    [(x3.copy(), self.ranks[r], masks[r]) for r in range(self.tp)],
+                    group=self.group)
+        self.saved = [keep for _, keep in outs]
+        self._meta = (s, b)
         self._squeeze = squeeze
-        self.outputs = ys
-        return ys[0][:, 0, :] if squeeze else ys[0]
+        self.outputs = [y for y, _ in outs]
+        return self.outputs[0][:, 0, :] if squeeze else self.outputs[0]
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dL/dx, shape like x. Ledger: one all-reduce (f.backward)."""
@@ -448,8 +377,11 @@ class ShardedAttention:
         s, b = self._meta
         if dy3.shape != (s, b, self.d):
             raise ValueError(f"dy has shape {dy.shape}: pass the gradient of forward's output")
-        dxs = self.backward_partial(self.g.backward(dy3))
-        dx = self.f.backward(dxs)[0]
+        masks = self._masks(s, b) if self.recompute_core else [None] * self.tp
+        kv = self._kv_comms()
+        args = [(dy3.copy(), self.ranks[r], self.saved[r], masks[r], kv[r])
+                for r in range(self.tp)]
+        dx = self._collect(spmd(sharded_attention_backward, self.tp, args, group=self.group))[0]
         return dx[:, 0, :] if self._squeeze else dx
 
     # -- accounting ----------------------------------------------------------------------------

@@ -14,22 +14,33 @@ with no communication and a partial output z_r; one all-reduce sums them::
     backward: dy -g^T-> dy (every rank, identity) -> dW2_r = a_r^T dy, da_r = dy W2_r^T
               -> dh_r = da_r * act'(h_r) -> dW1_r = x^T dh_r, dx_r = dh_r W1_r^T [+ ...]
               -f^T-> dx = sum_r dx_r                        (f: ONE all-reduce)
+
+The sharded MLP exists once, as the program of one rank: :func:`sharded_mlp_forward` and
+:func:`sharded_mlp_backward` (a communicator ``comm``, this rank's shards). :class:`ShardedMLP`
+runs them on simulated ranks (:func:`tpp.collectives.spmd`); :mod:`tpp.distributed` runs the
+same functions on ``torch.distributed`` processes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import numpy as np
 
-from tpp.collectives import ProcessGroup
+from tpp.collectives import Communicator, ProcessGroup, spmd
 
 from .activations import gelu, gelu_grad, silu, silu_grad
 from .linear import ColumnParallelLinear, RowParallelLinear, linear_backward
-from .operators import CopyToTP, ReduceFromTP
-from .sharding import check_divisible, check_tp
+from .operators import CopyToTP, ReduceFromTP, f_backward, f_forward, g_backward, g_forward
+from .sharding import check_divisible, check_tp, unshard
 
-__all__ = ["ACTIVATIONS", "MLP", "ShardedMLP"]
+__all__ = ["ACTIVATIONS", "MLP", "MLP_VARIANTS", "MLPRankCache", "ShardedMLP",
+           "sharded_mlp_backward", "sharded_mlp_forward"]
 
 ACTIVATIONS = ("gelu", "swiglu")
+#: The correct operators and chapter 03's two negative controls.
+MLP_VARIANTS = ("correct", "no f", "all-reduce both ways")
 
 
 def _check_weights(w1, w2, activation, w3):
@@ -118,23 +129,119 @@ class MLP:
         return dx
 
 
+
+# --------------------------------------------------------------------------------------------
+# the program of one rank
+# --------------------------------------------------------------------------------------------
+@dataclass
+class MLPRankCache:
+    """What one rank keeps from forward for backward (its shards and activations)."""
+
+    x: np.ndarray
+    h1: np.ndarray
+    h3: np.ndarray | None
+    a: np.ndarray
+    w1: np.ndarray
+    w2: np.ndarray
+    w3: np.ndarray | None
+    variant: str
+    sequence_parallel: bool = False
+
+
+def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
+                        w3: np.ndarray | None = None, *, comm: Communicator,
+                        variant: str = "correct", sequence_parallel: bool = False
+                        ) -> tuple[np.ndarray, MLPRankCache]:
+    """Forward of the tensor-parallel MLP on one rank: returns ``(y, cache)``.
+
+    ``w1`` (and ``w3``, SwiGLU) are this rank's column shards (d, d_ff/T), ``w2`` its row shard
+    (d_ff/T, d). One all-reduce (g) on ``comm``. ``variant`` is ``"correct"`` or one of chapter
+    03's negative controls (``"no f"``, ``"all-reduce both ways"``), which differ in backward.
+    ``sequence_parallel=True`` (Korthikanti et al. 2022, Sec. 4.2.2): ``x`` is this rank's
+    slice of the sequence (axis 0); an all-gather replaces f and a reduce-scatter replaces g,
+    so ``y`` is this rank's slice of the output.
+    """
+    if variant not in MLP_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: use one of {MLP_VARIANTS}")
+    if sequence_parallel and variant != "correct":
+        raise ValueError("the negative controls exist without sequence parallelism only: "
+                         "pass sequence_parallel=False or variant='correct'")
+    if sequence_parallel:
+        x = comm.all_gather(x, axis=0, tag="sp.all_gather")  # enter
+    else:
+        x = f_forward(x, comm)                  # f: identity
+    h1 = x @ w1                                 # column-parallel: d_ff/T slice
+    if w3 is not None:
+        h3 = x @ w3
+        a = silu(h1) * h3                       # SwiGLU
+    else:
+        h3 = None
+        a = gelu(h1)
+    z = a @ w2                                  # row-parallel: a PARTIAL sum of y
+    if sequence_parallel:
+        y = comm.reduce_scatter(z, axis=0, tag="sp.reduce_scatter")  # leave
+    else:
+        y = g_forward(z, comm)                  # g: ALL-REDUCE
+    cache = MLPRankCache(x, h1, h3, a, w1, w2, w3, variant, sequence_parallel)
+    return y, cache
+
+
+def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communicator
+                         ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """Backward on one rank: returns ``(dx, shard_grads, dx_partial)``.
+
+    One all-reduce (f's backward) for the correct operators; none for ``"no f"`` (dx is then
+    this rank's partial); two for ``"all-reduce both ways"`` (g's backward also all-reduces).
+    """
+    c = cache
+    if c.sequence_parallel:
+        dy = comm.all_gather(dy, axis=0, tag="sp.reduce_scatter.backward")
+    elif c.variant == "all-reduce both ways":
+        dy = comm.all_reduce(dy, tag="g.backward (wrong)")   # sums T equal copies
+    else:
+        dy = g_backward(dy, comm)               # g backward: identity
+    da, dw2 = linear_backward(c.a, c.w2, dy)    # local
+    grads = {"w2": dw2}
+    if c.w3 is not None:
+        dh1 = da * c.h3 * silu_grad(c.h1)
+        dh3 = da * silu(c.h1)
+        dx1, grads["w1"] = linear_backward(c.x, c.w1, dh1)
+        dx3, grads["w3"] = linear_backward(c.x, c.w3, dh3)
+        dx_partial = dx1 + dx3
+    else:
+        dh1 = da * gelu_grad(c.h1)
+        dx_partial, grads["w1"] = linear_backward(c.x, c.w1, dh1)   # PARTIAL dx_r
+    if c.sequence_parallel:
+        dx = comm.reduce_scatter(dx_partial, axis=0, tag="sp.all_gather.backward")
+    else:
+        dx = dx_partial if c.variant == "no f" else f_backward(dx_partial, comm)  # f: ALL-REDUCE
+    return dx, grads, dx_partial
+
+
 class ShardedMLP:
     """Tensor-parallel MLP over ``tp`` simulated ranks: W1 (and W3) column-parallel, W2
     row-parallel, f before the first matmul and g after the last (one all-reduce each way).
 
+    A thin wrapper: forward and backward run :func:`sharded_mlp_forward` and
+    :func:`sharded_mlp_backward` on every rank with :func:`tpp.collectives.spmd`.
+
     Attributes:
         group: the :class:`~tpp.collectives.ProcessGroup` (its ledger lists the collectives).
-        fc1, fc3: :class:`ColumnParallelLinear` for W1 and W3 (fc3 is None for GELU).
+        fc1, fc3: :class:`ColumnParallelLinear` for W1 and W3 (fc3 is None for GELU); they hold
+            the shards.
         fc2: :class:`RowParallelLinear` for W2.
+        outputs: after forward, the output as each rank holds it.
         grads: FULL gradients assembled from the shards ("w1", "w2"[, "w3"]), after backward.
         shard_grads: per-rank lists of gradient shards, same keys.
     """
 
     def __init__(self, w1, w2, tp: int, activation: str = "gelu", w3=None,
-                 group: ProcessGroup | None = None) -> None:
+                 group: ProcessGroup | None = None, variant: str = "correct") -> None:
         tp = check_tp(tp)
         w1, w2, w3, d, d_ff = _check_weights(w1, w2, activation, w3)
         check_divisible(d_ff, tp, "d_ff")
+        if variant not in MLP_VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}: use one of {MLP_VARIANTS}")
         if group is None:
             group = ProcessGroup(tp, name=f"tp{tp}")
         elif group.size != tp:
@@ -142,6 +249,7 @@ class ShardedMLP:
                 f"group has size {group.size} but TP={tp}: pass a ProcessGroup of size {tp}"
             )
         self.tp, self.d, self.d_ff, self.activation = tp, d, d_ff, activation
+        self.variant = variant
         self.group = group
         self.f = CopyToTP(group)
         self.g = ReduceFromTP(group)
@@ -151,48 +259,38 @@ class ShardedMLP:
         self.fc2 = RowParallelLinear(w2, tp, name="d_ff", weight_name="W2")
         self.grads: dict[str, np.ndarray] = {}
         self.shard_grads: dict[str, list[np.ndarray]] = {}
-        self._cache: tuple | None = None
+        self.outputs: list[np.ndarray] = []
+        self._cache: list[MLPRankCache] | None = None
+
+    def rank_args(self, x: np.ndarray) -> list[tuple]:
+        """The positional arguments of :func:`sharded_mlp_forward` for each rank."""
+        w3s = self.fc3.shards if self.fc3 is not None else [None] * self.tp
+        return [(x, self.fc1.shards[r], self.fc2.shards[r], w3s[r]) for r in range(self.tp)]
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """The all-reduced output y (shape like x). One all-reduce (g) on the ledger."""
         x = _check_x(x, self.d)
-        xs = self.f.forward(x)                      # f: identity, x on every rank
-        h1 = self.fc1.forward(xs)                   # local, (.., d_ff/T)
-        if self.fc3 is not None:
-            h3 = self.fc3.forward(xs)
-            a = [silu(u) * v for u, v in zip(h1, h3, strict=True)]
-        else:
-            h3 = None
-            a = [gelu(u) for u in h1]
-        zs = self.fc2.forward(a)                    # partial sums, (.., d)
-        ys = self.g.forward(zs)                     # g: ALL-REDUCE
-        self._cache = (x, h1, h3)
-        self.outputs = ys
-        return ys[0]
+        fwd = partial(sharded_mlp_forward, variant=self.variant)
+        outs = spmd(fwd, self.tp, self.rank_args(x), group=self.group)
+        self.outputs = [y for y, _ in outs]
+        self._cache = [c for _, c in outs]
+        return self.outputs[0]
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         """dL/dx (shape like x); fills grads/shard_grads. One all-reduce (f's backward)."""
         if self._cache is None:
             raise ValueError("call forward before backward")
-        x, h1, h3 = self._cache
+        x = self._cache[0].x
         dy = np.asarray(dy, dtype=np.float64)
         if dy.shape != x.shape:
             raise ValueError(f"dy has shape {dy.shape} but y has shape {x.shape}: pass dL/dy")
-        dys = self.g.backward(dy)                   # g backward: identity
-        da = self.fc2.backward(dys)                 # local
-        if self.fc3 is not None:
-            dh1 = [d * v * silu_grad(u) for d, u, v in zip(da, h1, h3, strict=True)]
-            dh3 = [d * silu(u) for d, u in zip(da, h1, strict=True)]
-            dx1 = self.fc1.backward(dh1)
-            dx3 = self.fc3.backward(dh3)
-            dxs = [p + q for p, q in zip(dx1, dx3, strict=True)]
-        else:
-            dh1 = [d * gelu_grad(u) for d, u in zip(da, h1, strict=True)]
-            dxs = self.fc1.backward(dh1)            # PARTIAL dx_r
-        dx = self.f.backward(dxs)                   # f backward: ALL-REDUCE
-        self.shard_grads = {"w1": self.fc1.shard_grads, "w2": self.fc2.shard_grads}
-        self.grads = {"w1": self.fc1.grad, "w2": self.fc2.grad}
-        if self.fc3 is not None:
-            self.shard_grads["w3"] = self.fc3.shard_grads
-            self.grads["w3"] = self.fc3.grad
-        return dx[0]
+        outs = spmd(sharded_mlp_backward, self.tp, [(dy, c) for c in self._cache],
+                    group=self.group)
+        self.dx_partials = [p for _, _, p in outs]
+        keys = ("w1", "w2") + (("w3",) if self.fc3 is not None else ())
+        layers = {"w1": self.fc1, "w2": self.fc2, "w3": self.fc3}
+        for k in keys:
+            layers[k].shard_grads = [g[k] for _, g, _ in outs]
+        self.shard_grads = {k: layers[k].shard_grads for k in keys}
+        self.grads = {k: unshard(self.shard_grads[k], axis=0 if k == "w2" else 1) for k in keys}
+        return outs[0][0]

@@ -1,8 +1,12 @@
 """Megatron's conjugate operators f and g (Shoeybi et al. 2019, section 3, Fig. 3).
 
-Each operator has an explicit ``forward`` and ``backward``; the collectives run on a
-:class:`~tpp.collectives.ProcessGroup`, so its ledger shows where each one sits (tags
-``"f.backward"`` and ``"g.forward"``). Per-rank data is a list with one array per rank.
+The operators are written ONCE, as the program of one rank on a communicator
+(:class:`~tpp.collectives.Communicator`): :func:`f_forward`, :func:`f_backward`,
+:func:`g_forward`, :func:`g_backward`. They run unchanged on simulated ranks
+(:func:`tpp.collectives.spmd`) and on ``torch.distributed`` (:func:`tpp.distributed.spmd`).
+The list-of-arrays functions below (one array per rank, a
+:class:`~tpp.collectives.ProcessGroup` whose ledger shows where each collective sits, tags
+``"f.backward"`` and ``"g.forward"``) run those per-rank programs on simulated ranks.
 
 ================================  ======================  ======================
 operator (Megatron mappings.py)   forward                 backward
@@ -22,9 +26,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tpp.collectives import ProcessGroup
+from tpp.collectives import Communicator, ProcessGroup, spmd
 
 __all__ = [
+    "f_backward",
+    "f_forward",
+    "g_backward",
+    "g_forward",
     "CopyToTP",
     "ReduceFromTP",
     "copy_to_tp_region",
@@ -55,27 +63,54 @@ def _replicate(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup, what: 
     return [a.copy() for a in xs]
 
 
+# ---------------------------------------------------------------- the per-rank operators
+def f_forward(x: np.ndarray, comm: Communicator) -> np.ndarray:
+    """f forward (Megatron ``copy_to_tensor_model_parallel_region``): identity."""
+    return x
+
+
+def f_backward(dx: np.ndarray, comm: Communicator) -> np.ndarray:
+    """f backward: all-reduce (sum) of this rank's partial input gradient."""
+    return comm.all_reduce(dx, tag="f.backward")
+
+
+def g_forward(z: np.ndarray, comm: Communicator) -> np.ndarray:
+    """g forward (Megatron ``reduce_from_tensor_model_parallel_region``): all-reduce."""
+    return comm.all_reduce(z, tag="g.forward")
+
+
+def g_backward(dy: np.ndarray, comm: Communicator) -> np.ndarray:
+    """g backward: identity."""
+    return dy
+
+
+def _on_ranks(op, xs: list[np.ndarray], group: ProcessGroup) -> list[np.ndarray]:
+    """Run the per-rank operator ``op`` on the simulated ranks of ``group``."""
+    return spmd(op, group.size, [(x,) for x in xs], group=group)
+
+
+# ---------------------------------------------------------------- the list-of-arrays API
 def copy_to_tp_region(x: np.ndarray | Sequence[np.ndarray], group: ProcessGroup
                       ) -> list[np.ndarray]:
     """f forward: identity. Every rank gets (a copy of) the same x; no communication."""
-    return _replicate(x, group, "copy_to_tp_region")
+    return _on_ranks(f_forward, _replicate(x, group, "copy_to_tp_region"), group)
 
 
 def copy_to_tp_region_backward(dxs: Sequence[np.ndarray], group: ProcessGroup
                                ) -> list[np.ndarray]:
     """f backward: all-reduce (sum) of the ranks' partial input gradients dx_r."""
-    return group.all_reduce(_replicate(list(dxs), group, "f.backward"), tag="f.backward")
+    return _on_ranks(f_backward, _replicate(list(dxs), group, "f.backward"), group)
 
 
 def reduce_from_tp_region(zs: Sequence[np.ndarray], group: ProcessGroup) -> list[np.ndarray]:
     """g forward: all-reduce (sum) of the ranks' partial outputs z_r."""
-    return group.all_reduce(_replicate(list(zs), group, "g.forward"), tag="g.forward")
+    return _on_ranks(g_forward, _replicate(list(zs), group, "g.forward"), group)
 
 
 def reduce_from_tp_region_backward(dy: np.ndarray | Sequence[np.ndarray], group: ProcessGroup
                                    ) -> list[np.ndarray]:
     """g backward: identity. Every rank gets (a copy of) dy; no communication."""
-    return _replicate(dy, group, "reduce_from_tp_region_backward")
+    return _on_ranks(g_backward, _replicate(dy, group, "reduce_from_tp_region_backward"), group)
 
 
 class CopyToTP:

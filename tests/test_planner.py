@@ -1,0 +1,163 @@
+"""tpp.planner: layouts, rank maps, placement, the rules of evaluate and plan, every error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tpp import models, planner
+from tpp.costs import zero
+from tpp.planner import Layout, evaluate, layers_per_chunk, plan
+
+LLAMA = models.model("llama3_405b")
+degrees = st.sampled_from([1, 2, 3, 4, 8])
+
+
+@settings(max_examples=100, deadline=None)
+@given(tp=degrees, cp=degrees, dp=degrees, pp=degrees, data=st.data())
+def test_rank_map_is_a_bijection_with_tp_innermost(tp, cp, dp, pp, data):
+    lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp)
+    assert lay.gpus == tp * cp * dp * pp
+    r = data.draw(st.integers(0, lay.gpus - 1))
+    c = lay.coords(r)
+    assert lay.rank(**c) == r
+    assert lay.group("tp", r) == list(range(r - c["tp"], r - c["tp"] + tp))  # consecutive
+    for axis in planner.AXES:  # a group varies exactly one coordinate
+        g = lay.group(axis, r)
+        assert len(set(g)) == lay.degree(axis) and r in g
+        assert all({k: v for k, v in lay.coords(q).items() if k != axis}
+                   == {k: v for k, v in c.items() if k != axis} for q in g)
+    if tp <= 8 and 8 % tp == 0:
+        assert lay.nodes_spanned("tp", 8) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 200), chunks=st.integers(1, 200))
+def test_layer_placement(n, chunks):
+    if chunks > n:
+        with pytest.raises(ValueError, match="use at most"):
+            layers_per_chunk(n, chunks)
+        return
+    c = layers_per_chunk(n, chunks)
+    assert len(c) == chunks and sum(c) == n and min(c) >= 0
+    if n % chunks == 0:
+        assert set(c) == {n // chunks}
+    else:  # embedding and head each take one slot: loads (with them) differ by at most one
+        loads = [c[0] + 1] + c[1:-1] + [c[-1] + 1] if chunks > 1 else [c[0] + 2]
+        assert max(loads) - min(loads) <= 1
+
+
+def test_llama3_405b_placement_matches_the_paper():
+    # Dubey et al. 2024, Sec. 3.3.2: one layer fewer on the first and the last stage
+    assert layers_per_chunk(126, 16) == [7] + [8] * 14 + [7]
+
+
+def _ev(lay, **kw):
+    args = dict(seq_len=8192, global_batch=2048)
+    args.update(kw)
+    return evaluate(LLAMA, lay, **args)
+
+
+@pytest.mark.parametrize("lay, kw, words", [
+    (Layout(tp=16, pp=16, dp=64), {}, "larger than a node"),
+    (Layout(tp=3, pp=16, dp=64), {}, "does not divide the 128 attention heads"),
+    (Layout(tp=8, pp=128, dp=16), {}, "more stages than layers"),
+    (Layout(tp=8, pp=16, dp=100), {}, "does not split into DP=100"),
+    (Layout(tp=8, pp=16, dp=128, virtual=8), {}, "128 pipeline chunks"),
+    (Layout(tp=8, pp=16, dp=128, virtual=2, microbatch_size=2), {}, "multiple of PP=16"),
+    (Layout(tp=8, pp=16, dp=16, cp=3), {}, "CP=3"),
+    (Layout(tp=8, pp=1, dp=1), {"global_batch": 1}, "GB over the 80 GB"),
+])
+def test_every_rule_is_a_problem_in_words(lay, kw, words):
+    est = _ev(lay, **kw)
+    assert not est.fits
+    assert any(words in p for p in est.problems), est.problems
+
+
+def test_kv_head_rule():
+    m = models.model("llama2_70b")  # 8 KV heads
+    est = evaluate(m, Layout(tp=4, pp=1, dp=1), seq_len=4096, global_batch=1, gpus_per_node=16)
+    assert est.memory_bytes is not None
+    m6 = models.ModelConfig("toy", 4, 768, 12, 6, 3072, 1000, 1e8, "test")
+    est = evaluate(m6, Layout(tp=4), seq_len=64, global_batch=1)
+    assert any("KV heads" in p for p in est.problems)
+
+
+def test_published_llama3_fits_and_memory_terms_add_up():
+    pub = planner.published("llama3_405b_8k_16384")
+    est = evaluate(models.model(pub.model), pub.layout, gpu=pub.gpu, seq_len=pub.seq_len,
+                   global_batch=pub.global_batch)
+    assert est.fits and est.memory_bytes == sum(est.memory.values()) <= est.capacity
+    assert est.microbatches == 16
+    # weights of the heaviest rank: its layers' shards plus what it holds of embedding/head
+    assert est.memory["weights"] > 2 * 7 * LLAMA.params_per_layer // 8
+    assert est.step_time == pytest.approx(
+        est.time["compute"] + est.time["pipeline_bubble"] + est.time["dp_exposed"])
+
+
+def test_memory_monotone_in_zero_and_recompute():
+    mem = [_ev(Layout(tp=8, pp=16, dp=128, zero=z, recompute="full")).memory_bytes
+           for z in zero.STAGES]
+    assert mem == sorted(mem, reverse=True) and len(set(mem)) == 4
+    rc = [_ev(Layout(tp=8, pp=16, dp=128, zero=1, recompute=r)).memory["activations"]
+          for r in planner.RECOMPUTE]
+    assert rc == sorted(rc, reverse=True)
+
+
+def test_bubble_shrinks_with_interleaving_and_vanishes_without_pp():
+    b = [_ev(Layout(tp=8, pp=16, dp=128, virtual=v, zero=1, recompute="selective"))
+         .time["pipeline_bubble"] for v in (1, 2, 4)]
+    assert b[0] > b[1] > b[2] > 0
+    flat = _ev(Layout(tp=8, pp=1, dp=2048, zero=3, recompute="selective"))
+    assert flat.time["pipeline_bubble"] == 0
+
+
+def test_plan_returns_fitting_layouts_fastest_first():
+    m = models.model("llama3_8b")
+    got = plan(m, 64, seq_len=4096, global_batch=256, top=5)
+    assert 1 <= len(got) <= 5 and all(e.fits and e.layout.gpus == 64 for e in got)
+    times = [e.step_time for e in got]
+    assert times == sorted(times)
+    # the best is at least as fast as a hand-picked layout that fits
+    hand = evaluate(m, Layout(tp=8, pp=1, dp=8, zero=1, recompute="full"), seq_len=4096,
+                    global_batch=256)
+    assert hand.fits and got[0].step_time <= hand.step_time
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: Layout(tp=0), "tp=0 must be an int >= 1"),
+    (lambda: Layout(zero=4), "zero=4"),
+    (lambda: Layout(recompute="some"), "recompute='some'"),
+    (lambda: Layout(virtual=2), "needs a pipeline"),
+    (lambda: Layout(microbatch_size=0), "microbatch_size=0"),
+    (lambda: Layout(tp=2).coords(2), "rank=2 is not in 0..1"),
+    (lambda: Layout(tp=2).rank(tp=2), "tp=2 is not in 0..1"),
+    (lambda: Layout().degree("ep"), "axis='ep'"),
+    (lambda: layers_per_chunk(4, 5), "use at most 4 chunks"),
+    (lambda: _ev(Layout(tp=8, pp=16, dp=128), gpus=8192), "not 8192"),
+    (lambda: _ev(Layout(tp=8), mfu=0), "mfu=0"),
+    (lambda: _ev(Layout(tp=8), seq_len=0), "seq_len=0"),
+    (lambda: evaluate("llama", Layout(), seq_len=1, global_batch=1), "ModelConfig"),
+    (lambda: _ev(Layout(tp=8), gpu="h900"), "unknown GPU"),
+    (lambda: plan(LLAMA, 8, seq_len=8192, global_batch=8), "fits no layout"),
+    (lambda: plan(LLAMA, 127, seq_len=8192, global_batch=1, top=1), "divisibility rules"),
+    (lambda: plan(LLAMA, 8, seq_len=8192, global_batch=8, top=0), "top=0"),
+    (lambda: planner.published("gpt5"), "unknown published layout"),
+])
+def test_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("pp, m, v", [(4, 40, 1), (4, 29, 1), (8, 72, 2), (3, 60, 4), (16, 128, 4)])
+def test_pipeline_extrapolation_equals_full_simulation(pp, m, v):
+    from tpp.planner import estimate
+
+    stages = pp * v
+    t_f = tuple(1.0 + 0.1 * (c % 3) for c in range(stages))  # uneven stages
+    t_b = tuple(2.0 + 0.3 * (c % 2) for c in range(stages))
+    full = estimate._simulate(pp, m, v, t_f, t_b, 0.05)
+    fast = estimate._pipeline(pp, m, v, t_f, t_b, 0.05)
+    assert fast[0] == pytest.approx(full[0], rel=1e-12)
+    assert fast[1] == pytest.approx(full[1], rel=1e-12)
+    assert fast[2] == full[2]
