@@ -197,3 +197,12 @@ def test_no_asserts_that_hold_by_definition():
     assert 'layer.shards["wk"]' in ch04                             # the simulated shards
     assert "sp.diff(ratio, s) == 0" not in ch11
     assert "sp.diff(ratio_s, s)).is_negative" in ch11               # phi(s) written out
+
+
+def test_bibliography_parses_with_unique_keys():
+    """references.bib is edited by every helper and merged: it must stay parseable (a merge
+    once left an entry without its body) and every key must be defined once."""
+    text = (ROOT / "references.bib").read_text()
+    keys = re.findall(r"^@\w+\{([^,\s]+),", text, flags=re.M)
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert set(parse_file(str(ROOT / "references.bib")).entries) == set(keys)

@@ -28,6 +28,7 @@ ZB-H1 ``M (t_f + t_b + t_w) + (P - 1) max(t_f + t_b - t_w, t_b, t_f)`` for M >= 
 from tpp.pipeline.builders import (
     BUILDERS,
     SCHEDULES,
+    _registry,
     gpipe,
     interleaved,
     naive,
@@ -35,14 +36,29 @@ from tpp.pipeline.builders import (
     schedule,
     zb_h1,
 )
-from tpp.pipeline.ir import KINDS, Action, Schedule, parse_action
+from tpp.pipeline.dualpipe import dualpipe
+from tpp.pipeline.ir import KINDS, Action, Overlap, Schedule, parse_action
+from tpp.pipeline.looped import looped_bfs, zb1p
 from tpp.pipeline.simulate import SimResult, simulate
+from tpp.pipeline.trace import chrome_trace, write_chrome_trace
+from tpp.pipeline.v_shapes import dualpipev, zb_h2, zbv
 from tpp.pipeline.validate import dependencies, validate
+
+BUILDERS.update(_registry())
 
 __all__ = [
     "Action",
     "BUILDERS",
     "KINDS",
+    "Overlap",
+    "chrome_trace",
+    "dualpipe",
+    "dualpipev",
+    "looped_bfs",
+    "write_chrome_trace",
+    "zb1p",
+    "zb_h2",
+    "zbv",
     "SCHEDULES",
     "Schedule",
     "SimResult",

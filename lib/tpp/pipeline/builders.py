@@ -1,4 +1,6 @@
-"""Schedule builders: naive, GPipe, 1F1B (PipeDream-Flush), interleaved 1F1B, ZB-H1.
+"""Schedule builders: naive, GPipe, 1F1B (PipeDream-Flush), interleaved 1F1B, ZB-H1, and the
+registry of every builder (looped BFS, ZB1P in :mod:`tpp.pipeline.looped`; ZB-H2, ZB-V, DualPipeV
+in :mod:`tpp.pipeline.v_shapes`; DualPipe in :mod:`tpp.pipeline.dualpipe`).
 
 All indices are 0-based. Each builder returns a :class:`~tpp.pipeline.ir.Schedule` whose
 ``actions[r]`` is the order in which rank ``r`` executes its operations; the simulator then
@@ -15,11 +17,13 @@ change.
   the remaining backwards. Rank r holds at most ``min(P - r, M)`` microbatches.
 * ``interleaved``: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, SC21, sec. 2.2.2) with v
   model chunks per rank (global stage s on rank s mod P); microbatches go through the chunks in
-  groups of P, so M must be a multiple of P. Warm-up on rank r: ``2 (P - r - 1) + (v - 1) P``
-  chunk-forwards (all of them when M = P).
-* ``zb-h1``: zero-bubble H1 (Qi et al. 2023): the backward is split into I (input gradient, on the
-  critical path) and W (weight gradient, deferred to fill the bubbles); same warm-up as 1F1B, so
-  the number of microbatches whose F has run but whose I has not stays at most P - r.
+  groups of P, so M must be a multiple of P. Warm-up on rank r: ``min(2 (P - r - 1) + (v - 1) P,
+  v M)`` chunk-forwards, PyTorch 2.13's ``ScheduleInterleaved1F1B`` order (Megatron-LM runs all
+  v M forwards first when M = P; the makespan is the same).
+* ``zb-h1``: zero-bubble H1 (Qi et al. 2024, sec. 2.1): the backward is split into I (input
+  gradient, on the critical path) and W (weight gradient, deferred to fill the bubbles); same
+  warm-up as 1F1B, so the number of microbatches whose F has run but whose I has not stays at
+  most P - r.
 """
 
 from __future__ import annotations
@@ -28,20 +32,25 @@ from collections.abc import Callable
 
 from tpp.pipeline.ir import Action, Schedule, no_gc
 
-SCHEDULES: tuple[str, ...] = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES: tuple[str, ...] = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "looped-bfs",
+                              "zb1p", "zb-h2", "zbv", "dualpipev", "dualpipe")
+MULTI_CHUNK: tuple[str, ...] = ("interleaved", "looped-bfs", "zb1p", "zbv", "dualpipev")
 
 
-def _check_common(name: str, ranks: int, microbatches: int, virtual: int) -> None:
+def check_common(name: str, ranks: int, microbatches: int, virtual: int) -> None:
     for label, value in (("ranks", ranks), ("microbatches", microbatches), ("virtual", virtual)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{label} must be an int (got {value!r}): pass a whole number")
         if value < 1:
             raise ValueError(f"{label} must be >= 1 (got {value}): use at least 1")
-    if name != "interleaved" and virtual != 1:
+    if name not in MULTI_CHUNK and virtual != 1:
         raise ValueError(
             f"{name} uses one stage per rank, so virtual must be 1 (got {virtual}): "
             f"use name='interleaved' for virtual stages"
         )
+
+
+_check_common = check_common
 
 
 def naive(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
@@ -118,7 +127,7 @@ def interleaved(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
             fwd = [Action(c * P + r, "F", m) for c, m in zip(chunk_of, mb_of, strict=True)]
             bwd = [Action((v - 1 - c) * P + r, "B", m)
                    for c, m in zip(chunk_of, mb_of, strict=True)]
-            warm = total if M == P else min(2 * (P - r - 1) + (v - 1) * P, total)
+            warm = min(2 * (P - r - 1) + (v - 1) * P, total)
             row = fwd[:warm]
             for k in range(total - warm):
                 row.append(fwd[warm + k])
@@ -129,7 +138,7 @@ def interleaved(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
 
 
 def zb_h1(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
-    """ZB-H1 (Qi et al. 2023, sec. 3.1): 1F1B with the backward split into I and W.
+    """ZB-H1 (Qi et al. 2024, sec. 2.1): 1F1B with the backward split into I and W.
 
     Rank r: ``w_r = min(P - r - 1, M)`` warm-up forwards; then for k = 0..M-1 the pattern
     F(w_r + k) (while forwards remain), I(k), and W(k - r) once k >= r: rank r defers its weight
@@ -157,25 +166,33 @@ def zb_h1(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
     return Schedule("zb-h1", P, M, 1, rows)
 
 
-BUILDERS: dict[str, Callable[..., Schedule]] = {
-    "naive": naive,
-    "gpipe": gpipe,
-    "1f1b": one_f_one_b,
-    "interleaved": interleaved,
-    "zb-h1": zb_h1,
-}
+def _registry() -> dict[str, Callable[..., Schedule]]:
+    from tpp.pipeline.dualpipe import dualpipe
+    from tpp.pipeline.looped import looped_bfs, zb1p
+    from tpp.pipeline.v_shapes import dualpipev, zb_h2, zbv
+
+    return {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
+            "zb-h1": zb_h1, "looped-bfs": looped_bfs, "zb1p": zb1p, "zb-h2": zb_h2, "zbv": zbv,
+            "dualpipev": dualpipev, "dualpipe": dualpipe}
+
+
+BUILDERS: dict[str, Callable[..., Schedule]] = {}
 
 
 def schedule(name: str, ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
     """Build the named schedule for P = ``ranks``, M = ``microbatches``, v = ``virtual``.
 
-    Names: ``naive``, ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1`` (``zb_h1``, ``zbh1`` and
-    ``1F1B`` are accepted too). Microbatches and stages are 0-based.
+    Names: ``naive``, ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``, ``looped-bfs``,
+    ``zb1p``, ``zb-h2``, ``zbv``, ``dualpipev``, ``dualpipe`` (``zb_h1``, ``zbh1``, ``1F1B``,
+    ``zb-v`` ... are accepted too). Microbatches and stages are 0-based.
     """
+    if not BUILDERS:
+        BUILDERS.update(_registry())
     key = str(name).lower().replace("_", "-")
-    key = {"zbh1": "zb-h1", "pipedream-flush": "1f1b", "interleaved-1f1b": "interleaved"}.get(
-        key, key
-    )
+    key = {"zbh1": "zb-h1", "zbh2": "zb-h2", "zb-v": "zbv", "pipedream-flush": "1f1b",
+           "interleaved-1f1b": "interleaved", "interleaved-zb": "zb1p",
+           "interleaved-zero-bubble": "zb1p", "loopedbfs": "looped-bfs",
+           "dualpipe-v": "dualpipev"}.get(key, key)
     if key not in BUILDERS:
         raise ValueError(f"unknown schedule {name!r}: use one of {', '.join(SCHEDULES)}")
     with no_gc():

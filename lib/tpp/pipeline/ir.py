@@ -10,7 +10,16 @@ Kinds:
 * ``F`` forward of one microbatch through one stage;
 * ``B`` full backward (input gradient and weight gradient together);
 * ``I`` input-gradient backward only (what the previous stage waits for);
-* ``W`` weight-gradient backward only (nobody waits for it; Qi et al. 2023).
+* ``W`` weight-gradient backward only (nobody waits for it; Qi et al. 2024, sec. 2.1).
+
+An :class:`Overlap` is one forward and one full backward of *different* microbatches run together
+on one rank (DualPipe's "F&B" chunk, PyTorch's ``OVERLAP_F_B``): it prints as ``"3F5&4B1"``,
+starts when both halves may start and costs its own time (``overlap`` in the simulator).
+
+Placement: by default stage ``s`` is on rank ``s mod P`` (a loop). ``Schedule.stage_ranks`` can
+place stages otherwise (a V: stages ``r`` and ``2P - 1 - r`` on rank ``r``), and
+``Schedule.mirrored_from`` makes microbatches ``m >= mirrored_from`` enter from the other end
+(DualPipe: rank ``P - 1 - r`` runs what rank ``r`` runs for the first half).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import NamedTuple
 
 KINDS: tuple[str, ...] = ("F", "B", "I", "W")
 _ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+_OVERLAP_RE = re.compile(r"^\s*(\d+\s*F\s*\d+)\s*&\s*(\d+\s*B\s*\d+)\s*$")
 
 
 @contextmanager
@@ -55,19 +65,63 @@ class Action(NamedTuple):
         return f"Action({self})"
 
 
-def parse_action(text: str) -> Action:
-    """Parse the compact form ``"0F1"`` (stage 0, forward, microbatch 1) into an :class:`Action`.
+class Overlap(NamedTuple):
+    """A forward and a full backward of two microbatches overlapped on one rank (``"3F5&4B1"``).
+
+    DualPipe (DeepSeek-AI 2024, sec. 3.2.1) pairs them so that one's communication hides behind
+    the other's computation; the simulator charges the pair its own time ``overlap``."""
+
+    forward: Action
+    backward: Action
+
+    @property
+    def kind(self) -> str:
+        return "F&B"
+
+    def __str__(self) -> str:
+        return f"{self.forward}&{self.backward}"
+
+    def __repr__(self) -> str:
+        return f"Overlap({self})"
+
+    def expand(self) -> tuple[Action, Action]:
+        """The two halves, forward first (PyTorch's sub-actions order)."""
+        return (self.forward, self.backward)
+
+
+Step = Action | Overlap
+
+
+def expand(row: Iterable[Step]) -> list[Action]:
+    """A rank's actions with every :class:`Overlap` replaced by its forward then its backward."""
+    out: list[Action] = []
+    for a in row:
+        if type(a) is Overlap:
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def parse_action(text: str) -> Step:
+    """Parse the compact form ``"0F1"`` (stage 0, forward, microbatch 1) into an :class:`Action`,
+    or ``"3F5&4B1"`` into an :class:`Overlap`.
 
     >>> parse_action("5B3")
     Action(5B3)
+    >>> parse_action("3F5&4B1")
+    Overlap(3F5&4B1)
     """
-    if isinstance(text, Action):
+    if isinstance(text, Action | Overlap):
         return text
+    pair = _OVERLAP_RE.match(str(text))
+    if pair is not None:
+        return Overlap(parse_action(pair.group(1)), parse_action(pair.group(2)))
     match = _ACTION_RE.match(str(text))
     if match is None:
         raise ValueError(
             f"cannot parse action {text!r}: write <stage><kind><microbatch> with kind one of "
-            f"F, B, I, W, e.g. '0F1' or '5B3'"
+            f"F, B, I, W, e.g. '0F1' or '5B3' (or an overlapped pair '3F5&4B1')"
         )
     return Action(int(match.group(1)), match.group(2), int(match.group(3)))
 
@@ -84,16 +138,34 @@ class Schedule:
     ranks: int
     microbatches: int
     virtual: int
-    actions: list[list[Action]]
+    actions: list[list[Step]]
+    stage_ranks: tuple[int, ...] | None = None
+    mirrored_from: int | None = None
 
     @property
     def stages(self) -> int:
         """Number of global stages S = P * v."""
         return self.ranks * self.virtual
 
-    def rank_of(self, stage: int) -> int:
-        """Rank that runs global ``stage``: ``stage mod P``."""
-        return stage % self.ranks
+    def rank_of(self, stage: int, microbatch: int = 0) -> int:
+        """Rank that runs global ``stage`` of ``microbatch``: ``stage mod P`` by default, else
+        ``stage_ranks[stage]``; mirrored (rank ``P - 1 - r``) for ``microbatch >=
+        mirrored_from``."""
+        r = stage % self.ranks if self.stage_ranks is None else self.stage_ranks[stage]
+        if self.mirrored_from is not None and microbatch >= self.mirrored_from:
+            r = self.ranks - 1 - r
+        return r
+
+    def homes(self) -> tuple[list[int], list[int]]:
+        """Rank of every stage for microbatches before / from ``mirrored_from`` (simulator)."""
+        S, P = self.stages, self.ranks
+        home = [self.rank_of(s) for s in range(S)]
+        mirror = [P - 1 - r for r in home] if self.mirrored_from is not None else home
+        return home, mirror
+
+    def compute_order(self) -> list[list[Action]]:
+        """Per rank, the actions with overlapped pairs expanded (forward first)."""
+        return [expand(row) for row in self.actions]
 
     @property
     def num_actions(self) -> int:
@@ -105,6 +177,10 @@ class Schedule:
         for r, row in enumerate(self.actions):
             lines.append(f"rank {r}: " + " ".join(str(a).rjust(width) for a in row))
         return "\n".join(lines)
+
+    @property
+    def has_overlap(self) -> bool:
+        return any(type(a) is Overlap for row in self.actions for a in row)
 
     def to_strings(self) -> list[list[str]]:
         """The compact form of every action, rank by rank."""
@@ -128,14 +204,14 @@ class Schedule:
         """
         if isinstance(rows, str):
             rows = [line for line in rows.strip().splitlines() if line.strip()]
-        parsed: list[list[Action]] = []
+        parsed: list[list[Step]] = []
         for row in rows:
             items = row.split() if isinstance(row, str) else list(row)
             parsed.append([parse_action(x) for x in items])
         ranks = len(parsed)
         if ranks == 0:
             raise ValueError("a schedule needs at least one rank: give one row per rank")
-        all_actions = [a for row in parsed for a in row]
+        all_actions = [a for row in parsed for a in expand(row)]
         if microbatches is None:
             microbatches = 1 + max((a.microbatch for a in all_actions), default=0)
         if virtual is None:

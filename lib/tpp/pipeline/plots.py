@@ -6,12 +6,14 @@ from typing import Any
 
 from tpp.pipeline.simulate import SimResult
 
-COLORS: dict[str, str] = {"F": "#4C72B0", "B": "#55A868", "I": "#DD8452", "W": "#8172B3"}
+COLORS: dict[str, str] = {"F": "#4C72B0", "B": "#55A868", "I": "#DD8452", "W": "#8172B3",
+                          "F&B": "#C44E52"}
 LABELS: dict[str, str] = {
     "F": "F forward",
     "B": "B backward",
     "I": "I input-gradient",
     "W": "W weight-gradient",
+    "F&B": "F&B overlapped pair",
 }
 
 
@@ -42,7 +44,12 @@ def gantt(
         ax.barh(r, e - s, left=s, height=0.8, color=COLORS[a.kind], edgecolor="white",
                 linewidth=0.5)
         if show_microbatch and (e - s) / span > 0.012:
-            label = f"{a.stage}:{a.microbatch}" if show_stage else str(a.microbatch)
+            if a.kind == "F&B":
+                f, b = a
+                label = (f"{f.stage}:{f.microbatch}&{b.stage}:{b.microbatch}" if show_stage
+                         else f"{f.microbatch}&{b.microbatch}")
+            else:
+                label = f"{a.stage}:{a.microbatch}" if show_stage else str(a.microbatch)
             size = max(4.0, min(8.0, 500 * (e - s) / span / max(1, len(label))))
             ax.text((s + e) / 2, r, label, ha="center", va="center", fontsize=size, color="white")
     ax.set_ylim(result.ranks - 0.5, -0.5)
@@ -55,7 +62,7 @@ def gantt(
         + (f", v={sched.virtual}" if sched.virtual > 1 else "")
         + f", bubble {float(result.bubble_fraction):.1%} of rank-time"
     ))
-    handles = [Patch(color=COLORS[k], label=LABELS[k]) for k in "FBIW" if k in kinds_used]
+    handles = [Patch(color=COLORS[k], label=LABELS[k]) for k in COLORS if k in kinds_used]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25 if result.ranks
               <= 4 else -0.12), ncol=len(handles), fontsize=8, frameon=False)
     return ax

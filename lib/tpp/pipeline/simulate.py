@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from numbers import Real
 
-from tpp.pipeline.ir import Action, Schedule, no_gc
+from tpp.pipeline.ir import Action, Overlap, Schedule, no_gc
 from tpp.pipeline.validate import check_structure, describe_deadlock
 
 Time = Real  # int, Fraction or float
@@ -62,7 +62,8 @@ def run_dependencies(
     t_b: Time | Sequence[Time],
     t_w: Time | Sequence[Time],
     transfer: Time,
-) -> tuple[list[tuple[int, Action, Time, Time]], int]:
+    overlap: Time | None = None,
+) -> tuple[list[tuple[int, Action | Overlap, Time, Time]], int]:
     """Core of the simulator: the timeline ``(rank, action, start, end)`` in completion order and
     the number of cross-rank dependency edges.
 
@@ -91,7 +92,9 @@ def run_dependencies(
     cross = 0
     stack = list(range(P - 1, -1, -1))
     actions = schedule.actions
-    home = [st % P for st in range(S)] + [-1]  # rank of each stage; -1 past the last stage
+    home, mirror = schedule.homes()
+    home, mirror = home + [-1], mirror + [-1]  # rank of each stage; -1 past the last stage
+    half = M if schedule.mirrored_from is None else schedule.mirrored_from
     last = S - 1
     try:
         while stack:
@@ -102,8 +105,22 @@ def run_dependencies(
             t0 = free[r]
             while i < n:
                 a = row[i]
+                if type(a) is Overlap:
+                    got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
+                                        end_x, transfer, cf, cb, overlap, waiters, waiting_on)
+                    if got is None:
+                        break
+                    start, end, woken, n_cross = got
+                    cross += n_cross
+                    append((r, a, start, end))
+                    t0 = end
+                    i += 1
+                    if woken:
+                        stack.extend(woken)
+                    continue
                 s, k, m = a
-                if home[s] != r or s < 0 or m < 0 or m >= M:
+                hm = home if m < half else mirror
+                if hm[s] != r or s < 0 or m < 0 or m >= M:
                     raise _Malformed
                 idx = s * M + m
                 start = t0
@@ -116,7 +133,7 @@ def run_dependencies(
                             waiters.setdefault(idx - M, []).append(r)
                             waiting_on[r] = f"{s - 1}F{m}"
                             break
-                        if home[s - 1] != r:
+                        if hm[s - 1] != r:
                             d = d + transfer
                             cross += 1
                         if d > start:
@@ -155,7 +172,7 @@ def run_dependencies(
                             waiting_on[r] = (f"the input gradient of stage {s + 1} "
                                              f"({s + 1}B{m} or {s + 1}I{m})")
                             break
-                        if home[s + 1] != r:
+                        if hm[s + 1] != r:
                             d = d + transfer
                             cross += 1
                         if d > start:
@@ -191,6 +208,53 @@ def run_dependencies(
 
 class _Malformed(Exception):
     """Internal: the fast path met a structural error; the full check names it."""
+
+
+def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, transfer, cf, cb,
+                  overlap, waiters, waiting_on):
+    """One overlapped F&B pair: it starts when the rank is free and both halves' inputs have
+    arrived, and both halves end together after ``overlap`` (default: F's time + B's time).
+    Returns ``(start, end, woken ranks, cross-rank edges)`` or ``None`` if it must wait."""
+    (sf, kf, mf), (sb, kb, mb) = a
+    if kf != "F" or kb != "B" or not (0 <= mf < M and 0 <= mb < M):
+        raise _Malformed
+    hf = home if mf < half else mirror
+    hb = home if mb < half else mirror
+    if hf[sf] != r or hb[sb] != r:
+        raise _Malformed
+    fi, bi = sf * M + mf, sb * M + mb
+    if end_f[fi] is not None or end_x[bi] is not None:
+        raise _Malformed
+    start, cross = t0, 0
+    if sf:
+        d = end_f[fi - M]
+        if d is None:
+            waiters.setdefault(fi - M, []).append(r)
+            waiting_on[r] = f"{sf - 1}F{mf}"
+            return None
+        if hf[sf - 1] != r:
+            d, cross = d + transfer, cross + 1
+        start = max(start, d)
+    d = end_f[bi]
+    if d is None:
+        waiters.setdefault(bi, []).append(r)
+        waiting_on[r] = f"{sb}F{mb}"
+        return None
+    start = max(start, d)
+    if sb < last:
+        d = end_x[bi + M]
+        if d is None:
+            waiters.setdefault(bi + M + SM, []).append(r)
+            waiting_on[r] = f"the input gradient of stage {sb + 1} ({sb + 1}B{mb})"
+            return None
+        if hb[sb + 1] != r:
+            d, cross = d + transfer, cross + 1
+        start = max(start, d)
+    end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
+    end_f[fi] = end
+    end_x[bi] = end
+    woken = waiters.pop(fi, []) + waiters.pop(bi + SM, [])
+    return start, end, woken, cross
 
 
 @dataclass
@@ -263,7 +327,10 @@ class SimResult:
             for r, a, s, e in self.timeline:
                 if r != rank:
                     continue
-                if a.kind == "F":
+                if type(a) is Overlap:  # the F half acquires, the B half releases
+                    events.append((s, 1))
+                    events.append((e, -1))
+                elif a.kind == "F":
                     events.append((s, 1))
                 elif a.kind in freeing:
                     events.append((e, -1))
@@ -298,6 +365,7 @@ def simulate(
     p2p_latency: Time = 0,
     p2p_bandwidth: Time | None = None,
     activation_bytes: int = 0,
+    overlap: Time | None = None,
 ) -> SimResult:
     """Simulate ``schedule``: every rank runs its actions in order, each as soon as its
     dependencies (plus the transfer time when they come from another rank) and its rank allow.
@@ -306,9 +374,13 @@ def simulate(
     (weight gradient); B costs ``t_b + t_w``. ``p2p_latency`` (time) and ``p2p_bandwidth``
     (bytes per time unit; ``None`` means infinite) with ``activation_bytes`` per message give the
     transfer time ``p2p_latency + activation_bytes / p2p_bandwidth`` between ranks. Pass ints or
-    Fractions for exact results. Raises ``ValueError`` on an invalid schedule (see
-    :func:`tpp.pipeline.validate`).
+    Fractions for exact results. ``overlap`` is the time of one overlapped F&B pair
+    (:class:`~tpp.pipeline.ir.Overlap`); ``None`` charges F's time plus B's time (no gain).
+    Raises ``ValueError`` on an invalid schedule (see :func:`tpp.pipeline.validate`).
     """
+    if overlap is not None and (not isinstance(overlap, Real) or isinstance(overlap, bool)
+                                or overlap < 0):
+        raise ValueError(f"overlap must be a non-negative number or None (got {overlap!r})")
     for name, x in (("p2p_latency", p2p_latency), ("activation_bytes", activation_bytes)):
         if not isinstance(x, Real) or isinstance(x, bool) or x < 0:
             raise ValueError(f"{name} must be a non-negative number (got {x!r})")
@@ -321,7 +393,7 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer)
+        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap)
     P = schedule.ranks
     zero = 0 * transfer
     busy: list[Time] = [zero] * P

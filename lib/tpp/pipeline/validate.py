@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tpp.pipeline.ir import KINDS, Action, Schedule, parse_action
+from tpp.pipeline.ir import KINDS, Action, Overlap, Schedule, expand, parse_action
 
 
 def check_structure(schedule: Schedule) -> None:
@@ -35,7 +35,14 @@ def _structure_ok(schedule: Schedule) -> bool:
     if len(schedule.actions) != P:
         return False
     S = P * v
-    flat = [a for row in schedule.actions for a in row]
+    if not _placement_ok(schedule):
+        return False
+    for row in schedule.actions:
+        for a in row:
+            if type(a) is Overlap and (a.forward.kind != "F" or a.backward.kind != "B"):
+                return False
+    rows = schedule.compute_order()
+    flat = [a for row in rows for a in row]
     if {type(a) for a in flat} - {Action}:
         return False
     if not flat:
@@ -44,8 +51,10 @@ def _structure_ok(schedule: Schedule) -> bool:
     mbs = [a[2] for a in flat]
     if min(stages) < 0 or max(stages) >= S or min(mbs) < 0 or max(mbs) >= M:
         return False
-    for r, row in enumerate(schedule.actions):
-        if row and {a[0] % P for a in row} != {r}:
+    home, mirror = schedule.homes()
+    half = M if schedule.mirrored_from is None else schedule.mirrored_from
+    for r, row in enumerate(rows):
+        if row and {(home if a[2] < half else mirror)[a[0]] for a in row} != {r}:
             return False
     unique = set(flat)
     if len(unique) != len(flat):
@@ -63,6 +72,14 @@ def _structure_ok(schedule: Schedule) -> bool:
     return len(by_kind["B"]) + len(by_kind["I"]) == SM
 
 
+def _placement_ok(schedule: Schedule) -> bool:
+    P, S = schedule.ranks, schedule.ranks * schedule.virtual
+    sr, mf = schedule.stage_ranks, schedule.mirrored_from
+    if sr is not None and (len(sr) != S or any(not 0 <= x < P for x in sr)):
+        return False
+    return mf is None or (isinstance(mf, int) and 0 <= mf <= schedule.microbatches)
+
+
 def _diagnose_structure(schedule: Schedule) -> None:
     P, M, v = schedule.ranks, schedule.microbatches, schedule.virtual
     for label, value in (("ranks", P), ("microbatches", M), ("virtual", v)):
@@ -74,8 +91,19 @@ def _diagnose_structure(schedule: Schedule) -> None:
             f"give one list per rank"
         )
     S = P * v
-    seen: dict[tuple[str, int, int], tuple[int, int]] = {}
+    if not _placement_ok(schedule):
+        raise ValueError(
+            f"stage_ranks must give a rank in 0..{P - 1} for each of the {S} stages and "
+            f"mirrored_from must be in 0..{M} (got {schedule.stage_ranks!r}, "
+            f"{schedule.mirrored_from!r})"
+        )
     for r, row in enumerate(schedule.actions):
+        for a in row:
+            if type(a) is Overlap and (a.forward.kind != "F" or a.backward.kind != "B"):
+                raise ValueError(f"rank {r}: overlapped pair {a} must be a forward and a full "
+                                 f"backward, e.g. '3F5&4B1'")
+    seen: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for r, row in enumerate(schedule.compute_order()):
         for i, a in enumerate(row):
             if not isinstance(a, Action) or a.kind not in KINDS:
                 raise ValueError(f"rank {r} position {i}: {a!r} is not an Action with kind F/B/I/W")
@@ -89,10 +117,13 @@ def _diagnose_structure(schedule: Schedule) -> None:
                     f"{a} on rank {r}: microbatch {a.microbatch} is outside 0..{M - 1} "
                     f"(microbatches are 0-based, M={M})"
                 )
-            if a.stage % P != r:
+            home = schedule.rank_of(a.stage, a.microbatch)
+            if home != r:
+                where = (f"{a.stage} mod {P} = {home}" if schedule.stage_ranks is None
+                         and schedule.mirrored_from is None else f"{home}")
                 raise ValueError(
-                    f"{a} is on rank {r} but stage {a.stage} lives on rank "
-                    f"{a.stage} mod {P} = {a.stage % P}: move it there"
+                    f"{a} is on rank {r} but stage {a.stage} lives on rank {where}: "
+                    f"move it there"
                 )
             key = (a.kind, a.stage, a.microbatch)
             if key in seen:
@@ -161,17 +192,19 @@ def validate(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def dependencies(action: Action, schedule: Schedule) -> list[Action]:
+def dependencies(action: Action | Overlap, schedule: Schedule) -> list[Action]:
     """The actions ``action`` waits for (see the module docstring), in the compact IR.
 
     For a backward of stage s < S-1 the upstream input-gradient is given as ``B`` or ``I``
     depending on which one the schedule contains.
     """
+    if type(action) is Overlap:
+        return [d for half in action for d in dependencies(half, schedule)]
     S = schedule.stages
     s, k, m = action
     kinds: dict[tuple[int, int], set[str]] = defaultdict(set)
     for row in schedule.actions:
-        for a in row:
+        for a in expand(row):
             kinds[(a.stage, a.microbatch)].add(a.kind)
     if k == "F":
         return [Action(s - 1, "F", m)] if s > 0 else []

@@ -24,8 +24,9 @@ import sympy as sp
 
 P, M, v = sp.symbols("P M v", positive=True, integer=True)
 t_F, t_B, t_W = sp.symbols("t_F t_B t_W", nonnegative=True)
+t_FB = sp.Symbol("t_FB", nonnegative=True)  # one overlapped F&B pair (DualPipe's "F&B")
 
-SYMBOLS = {"P": P, "M": M, "v": v, "t_F": t_F, "t_B": t_B, "t_W": t_W}
+SYMBOLS = {"P": P, "M": M, "v": v, "t_F": t_F, "t_B": t_B, "t_W": t_W, "t_FB": t_FB}
 
 
 def _key(name: str) -> str:
@@ -193,10 +194,139 @@ def zb_h1_makespan_any_m() -> sp.Expr:
 
 
 def qi2023_zb_h1_bubble_time() -> sp.Expr:
-    """ZB-H1's per-rank bubble as stated by Qi et al. 2023 (sec. 3.1): (P-1)(t_F + t_B - t_W).
+    """ZB-H1's per-rank bubble as stated by Qi et al. 2024, sec. 2.1: (P-1)(t_F + t_B - t_W).
 
     It agrees with :func:`bubble_time` ("zb-h1"), ``(P-1) Max(t_F + t_B - t_W, t_B, t_F)``,
     exactly when t_W <= min(t_F, t_B); otherwise rank 0's unfillable head wait (P-1) t_B or the
     last rank's fill (P-1) t_F is longer.
     """
     return (P - 1) * (t_F + t_B - t_W)
+
+
+# --- the makespan derived from a schedule's dependency graph -----------------------------------
+
+_BASIS = ("F", "I", "W", "O")  # coordinates of a linear form: counts of t_F, t_B, t_W, overlap
+
+
+def _cost_vector(step: object) -> tuple[int, int, int, int]:
+    kind = step.kind
+    if kind == "F":
+        return (1, 0, 0, 0)
+    if kind == "I":
+        return (0, 1, 0, 0)
+    if kind == "W":
+        return (0, 0, 1, 0)
+    if kind == "B":
+        return (0, 1, 1, 0)
+    return (0, 0, 0, 1)  # an overlapped F&B pair
+
+
+def _prune(forms: set[tuple[int, ...]]) -> frozenset[tuple[int, ...]]:
+    """Keep the forms no other form dominates coefficient-wise (exact for costs >= 0)."""
+    if len(forms) <= 1:
+        return frozenset(forms)
+    ordered = sorted(forms, key=sum, reverse=True)
+    kept: list[tuple[int, ...]] = []
+    for f in ordered:
+        f0, f1, f2, f3 = f
+        for g0, g1, g2, g3 in kept:
+            if g0 >= f0 and g1 >= f1 and g2 >= f2 and g3 >= f3:
+                break
+        else:
+            kept.append(f)
+    return frozenset(kept)
+
+
+def makespan_forms(schedule: object, zero: tuple[bool, ...] = (False,) * 4,
+                   pair_is_sum: bool = False) -> frozenset:
+    """The makespan of ``schedule`` as a set of linear forms over (t_F, t_B, t_W, overlap):
+    the longest path into every action, each kept as the coefficient vectors that are not
+    dominated. ``zero[i]`` drops coordinate i (a cost that is exactly 0); ``pair_is_sum``
+    charges an overlapped pair t_F + t_B + t_W (fewer coordinates, smaller fronts)."""
+    from tpp.pipeline.ir import Overlap
+    from tpp.pipeline.simulate import run_dependencies
+
+    # the simulator's processing order is a topological order of the dependency graph
+    timeline, _ = run_dependencies(schedule, 1, 1, 1, 0, None)
+    M, S = schedule.microbatches, schedule.stages
+    end_f: dict[int, frozenset] = {}
+    end_x: dict[int, frozenset] = {}
+    last_on: dict[int, frozenset] = {}
+    empty = frozenset({(0, 0, 0, 0)})
+    overall: set[tuple[int, ...]] = set()
+
+    def cost(step: object) -> tuple[int, ...]:
+        vec = _cost_vector(step)
+        if pair_is_sum and vec[3]:
+            vec = (1, 1, 1, 0)
+        return tuple(0 if z else c for c, z in zip(vec, zero, strict=True))
+
+    for r, step, _s, _e in timeline:
+        halves = step.expand() if type(step) is Overlap else (step,)
+        preds: set[tuple[int, ...]] = set(last_on.get(r, empty))
+        for s, k, m in halves:
+            idx = s * M + m
+            if k == "F" and s:
+                preds |= end_f[idx - M]
+            elif k in ("B", "I"):
+                preds |= end_f[idx]
+                if s < S - 1:
+                    preds |= end_x[idx + M]
+            elif k == "W":
+                preds |= end_x[idx]
+        c = cost(step)
+        ends = _prune({tuple(a + b for a, b in zip(f, c, strict=True)) for f in preds})
+        for s, k, m in halves:
+            if k == "F":
+                end_f[s * M + m] = ends
+            elif k in ("B", "I"):
+                end_x[s * M + m] = ends
+        last_on[r] = ends
+        overall |= ends
+    return _prune(overall)
+
+
+def makespan_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = t_B,
+                           t_w: sp.Expr = 0, overlap: sp.Expr | None = None) -> sp.Expr:
+    """Exact makespan of ``schedule`` (free transfers) as a SymPy expression in the costs.
+
+    Derived from the schedule's dependency graph, not from a hand-written critical path: each
+    action ends at its cost plus the latest end among its predecessors (the previous action on
+    its rank and the actions it waits for, :func:`tpp.pipeline.dependencies`). An end time is kept
+    as the set of linear forms in (t_F, t_B, t_W, overlap) that no other form dominates
+    coefficient-wise, so the result is ``Max`` of a few forms and equals
+    :func:`tpp.pipeline.simulate`'s makespan for any non-negative costs substituted.
+
+    ``t_f``, ``t_b``, ``t_w``: the costs of F, I (input gradient) and W; B costs ``t_b + t_w``;
+    ``overlap`` is the time of an overlapped F&B pair (default ``t_f + t_b + t_w``).
+    """
+    costs = [sp.sympify(t_f), sp.sympify(t_b), sp.sympify(t_w)]
+    pair = costs[0] + costs[1] + costs[2] if overlap is None else sp.sympify(overlap)
+    costs.append(pair)
+    zero = tuple(c == 0 for c in costs)
+    forms = makespan_forms(schedule, zero, pair_is_sum=overlap is None)
+    exprs = [sp.expand(sum(n * c for n, c in zip(f, costs, strict=True)))
+             for f in sorted(forms, reverse=True)]
+    exprs = list(dict.fromkeys(exprs))  # forms can coincide once a cost is substituted
+    if len(exprs) == 1:
+        return exprs[0]
+    # no form is dominated coefficient-wise by another; SymPy's pairwise simplification under
+    # the symbols' assumptions would find little more and is slow for many forms, so skip it
+    return sp.Max(*exprs, evaluate=False)
+
+
+def busy_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = t_B,
+                       t_w: sp.Expr = 0, overlap: sp.Expr | None = None) -> list[sp.Expr]:
+    """Compute time of each rank: the sum of its actions' costs (same cost rules as
+    :func:`makespan_from_schedule`)."""
+    pair = t_f + t_b + t_w if overlap is None else overlap
+    per_kind = {"F": t_f, "I": t_b, "W": t_w, "B": t_b + t_w, "F&B": pair}
+    return [sp.expand(sum((per_kind[a.kind] for a in row), sp.Integer(0)))
+            for row in schedule.actions]
+
+
+def bubble_fraction_from_schedule(schedule: object, **costs: sp.Expr) -> sp.Expr:
+    """Idle share of total rank-time, ``1 - sum(busy) / (P makespan)``, from the schedule."""
+    span = makespan_from_schedule(schedule, **costs)
+    busy = sum(busy_from_schedule(schedule, **costs))
+    return 1 - busy / (schedule.ranks * span)
