@@ -131,3 +131,19 @@ def test_math_renders_with_the_network_off(site: Path) -> None:
     assert rendered > 0, "MathJax did not typeset any math offline"
     # A TeX error renders as an <mjx-merror> element (the stylesheet mentions it too, hence "<").
     assert "<mjx-merror" not in dom, "MathJax reported a TeX error on the page"
+
+
+def test_exercises_page_lists_every_graded_assignment(site: Path) -> None:
+    """chapters/exercises is generated from solutions/ at build time: every master appears,
+    with a working download link to its exercise notebook."""
+    import json
+
+    html = (site / "chapters" / "exercises.html").read_text(errors="replace")
+    masters = sorted((ROOT / "solutions").glob("*.ipynb"))
+    assert masters, "no master notebook in solutions/"
+    for master in masters:
+        meta = json.loads(master.read_text())["metadata"]["tpp"]
+        assert meta["assignment"] in html, f"{meta['assignment']} missing from the exercises page"
+        links = re.findall(rf'href="([^"]*_downloads/[^"]*/{re.escape(master.name)})"', html)
+        assert links, f"no download link for {master.name}"
+        assert (site / "chapters" / links[0]).resolve().is_file(), links[0]

@@ -1,5 +1,5 @@
 """The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``,
-``tpp demo``."""
+``tpp check NOTEBOOK``, ``tpp demo``."""
 
 from __future__ import annotations
 
@@ -106,6 +106,25 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    """A learner's pre-submission check: answer cells in place, public checks run."""
+    from tpp.grading.selfcheck import CheckError, check_notebook
+
+    status = 0
+    for notebook in args.notebooks:
+        try:
+            report = check_notebook(notebook, course=args.course, timeout=args.timeout)
+        except CheckError as exc:
+            print(f"tpp check: {exc}", file=sys.stderr)
+            status = max(status, 2)
+            continue
+        print(f"tpp check {notebook}")
+        print(report.describe())
+        if not report.ok:
+            status = max(status, 1)
+    return status
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tpp.demo import run_demo
 
@@ -158,6 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pg.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     pg.set_defaults(func=_cmd_grade)
+
+    pc = sub.add_parser(
+        "check",
+        help="before submitting: are the answer cells in place, and do the public checks pass?",
+    )
+    pc.add_argument("notebooks", nargs="+", help="your exercise notebook(s)")
+    pc.add_argument("--course", help="the course folder (default: found from the notebook)")
+    pc.add_argument("--timeout", type=float, default=120.0, help="seconds per cell (default 120)")
+    pc.set_defaults(func=_cmd_check)
 
     pd = sub.add_parser("demo", help="the serving lesson's 'run it locally' program (NumPy only)")
     pd.set_defaults(func=_cmd_demo)
