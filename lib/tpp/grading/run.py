@@ -232,6 +232,7 @@ def _session(
         transport="ipc",  # Unix sockets: no TCP port, nothing on the network
         ip=str(shared / f"k{token}"),
         connection_file=str(shared / f"kernel-{token}.json"),
+        client_class="tpp.grading.kernelspec.FastStartClient",  # no fixed 0.2 s at start-up
     )
     km.tpp_sandboxed = limits.sandbox  # type: ignore[attr-defined]
     client = GraderClient(
