@@ -14,6 +14,12 @@ with v chunks spends v * t_f on the forward of one microbatch), either one scala
 or a sequence of length S = P * v. ``t_b`` is the input-gradient time (op ``I``) and ``t_w`` the
 weight-gradient time (op ``W``); a full backward ``B`` costs ``t_b + t_w``. With the default
 ``t_w = 0`` a B costs ``t_b``.
+
+``recompute=True`` models activation re-materialisation as GPipe publishes it (Huang et al.
+2019, sec. 2.2): the forward keeps only each stage's input, and the backward first re-runs the
+stage's forward, so every B (or I) costs ``t_f`` more and the memory a rank holds is counted as
+stored stage inputs plus one stage's activations while a backward runs
+(:meth:`SimResult.activation_bytes_over_time`).
 """
 
 from __future__ import annotations
@@ -63,13 +69,15 @@ def run_dependencies(
     t_w: Time | Sequence[Time],
     transfer: Time,
     overlap: Time | None = None,
+    recompute: bool = False,
 ) -> tuple[list[tuple[int, Action | Overlap, Time, Time]], int]:
     """Core of the simulator: the timeline ``(rank, action, start, end)`` in completion order and
     the number of cross-rank dependency edges.
 
     Structural errors (misplaced, out-of-range, duplicate or missing actions) are detected inline
     and reported by :func:`~tpp.pipeline.validate.check_structure`'s precise diagnosis; a deadlock
-    raises ``ValueError`` naming every stuck action and what it waits for."""
+    raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
+    input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
     P, M, S = schedule.ranks, schedule.microbatches, schedule.stages
     if not (isinstance(P, int) and isinstance(M, int) and S >= 1 and M >= 1
             and len(schedule.actions) == P):
@@ -77,6 +85,8 @@ def run_dependencies(
     cf = _per_stage("t_f", t_f, S)
     ci = _per_stage("t_b", t_b, S)
     cw = _per_stage("t_w", t_w, S)
+    if recompute:  # the backward re-runs the stage's forward first (Huang et al. 2019, 2.2)
+        ci = [ci[s] + cf[s] for s in range(S)]
     cb = [ci[s] + cw[s] for s in range(S)]
     SM = S * M
     end_f: list[Time | None] = [None] * SM
@@ -271,6 +281,10 @@ class SimResult:
       **ends** (B; or W when the backward is split, since W still reads the stored input);
       releases at an instant are counted before acquisitions at the same instant. With
       interleaving a set is one chunk's activations (1/v of the rank's layers).
+    * ``activation_bytes_over_time(rank, stage_bytes, input_bytes)`` and
+      ``peak_activation_bytes(...)``: the same sets weighted in bytes; with ``recompute`` a set
+      keeps only the stage's input and a rank also holds one stage's activations while a
+      backward re-materialises them (Huang et al. 2019, sec. 2.3: O(N + (L/K)(N/M))).
     * ``p2p_messages``, ``p2p_bytes``: cross-rank transfers (activations forward, gradients
       backward), ``activation_bytes`` each.
     """
@@ -281,6 +295,7 @@ class SimResult:
     busy: list[Time]
     p2p_messages: int
     p2p_bytes: int | float
+    recompute: bool = False
     _inflight_cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -356,6 +371,56 @@ class SimResult:
         """Peak per rank with the given release rule (see :meth:`inflight_over_time`)."""
         return [max(self.inflight_over_time(r, release)[1]) for r in range(self.ranks)]
 
+    def activation_bytes_over_time(self, rank: int, stage_bytes: Time,
+                                   input_bytes: Time = 0) -> tuple[list, list]:
+        """Step function ``(times, bytes)`` of the activations ``rank`` holds.
+
+        ``stage_bytes``: what one stage stores for the backward of one microbatch;
+        ``input_bytes``: that stage's input (one boundary activation). Without recompute a set
+        weighs ``stage_bytes`` from the start of its F to the end of its B (or W). With
+        ``recompute`` it weighs ``input_bytes`` over that span, and the rank holds
+        ``stage_bytes`` more from the start of each backward (B, I or an F&B pair) to the end
+        of that microbatch's B (or W): the re-materialised activations of one stage."""
+        for name, x in (("stage_bytes", stage_bytes), ("input_bytes", input_bytes)):
+            if not isinstance(x, Real) or isinstance(x, bool) or x < 0:
+                raise ValueError(f"{name} must be a non-negative number of bytes (got {x!r})")
+        held = input_bytes if self.recompute else stage_bytes
+        events: list[tuple[Time, Time]] = []
+        back_start: dict[tuple[int, int], Time] = {}
+        rows = sorted((s, e, a) for r, a, s, e in self.timeline if r == rank)
+        for s, e, a in rows:
+            if type(a) is Overlap:
+                events += [(s, held), (e, -held)]
+                if self.recompute:
+                    events += [(s, stage_bytes), (e, -stage_bytes)]
+                continue
+            if a.kind == "F":
+                events.append((s, held))
+            elif a.kind == "I":
+                back_start[(a.stage, a.microbatch)] = s
+            elif a.kind in ("B", "W"):
+                events.append((e, -held))
+                if self.recompute:
+                    start = s if a.kind == "B" else back_start[(a.stage, a.microbatch)]
+                    events += [(start, stage_bytes), (e, -stage_bytes)]
+        events.sort(key=lambda x: (x[0], x[1]))
+        times: list = [0 * self.makespan]
+        amounts: list = [0 * held]
+        level = 0 * held
+        for t, delta in events:
+            level = level + delta
+            if t == times[-1]:
+                amounts[-1] = level
+            else:
+                times.append(t)
+                amounts.append(level)
+        return times, amounts
+
+    def peak_activation_bytes(self, stage_bytes: Time, input_bytes: Time = 0) -> list[Time]:
+        """Peak of :meth:`activation_bytes_over_time` for every rank."""
+        return [max(self.activation_bytes_over_time(r, stage_bytes, input_bytes)[1])
+                for r in range(self.ranks)]
+
 
 def simulate(
     schedule: Schedule,
@@ -366,6 +431,7 @@ def simulate(
     p2p_bandwidth: Time | None = None,
     activation_bytes: int = 0,
     overlap: Time | None = None,
+    recompute: bool = False,
 ) -> SimResult:
     """Simulate ``schedule``: every rank runs its actions in order, each as soon as its
     dependencies (plus the transfer time when they come from another rank) and its rank allow.
@@ -376,6 +442,8 @@ def simulate(
     transfer time ``p2p_latency + activation_bytes / p2p_bandwidth`` between ranks. Pass ints or
     Fractions for exact results. ``overlap`` is the time of one overlapped F&B pair
     (:class:`~tpp.pipeline.ir.Overlap`); ``None`` charges F's time plus B's time (no gain).
+    ``recompute=True``: every backward (B or I) re-runs its stage's forward first, ``t_f``
+    more (GPipe's re-materialisation, Huang et al. 2019, sec. 2.3; see the module docstring).
     Raises ``ValueError`` on an invalid schedule (see :func:`tpp.pipeline.validate`).
     """
     if overlap is not None and (not isinstance(overlap, Real) or isinstance(overlap, bool)
@@ -393,7 +461,8 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap)
+        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap,
+                                           recompute=bool(recompute))
     P = schedule.ranks
     zero = 0 * transfer
     busy: list[Time] = [zero] * P
@@ -402,4 +471,5 @@ def simulate(
         busy[r] = busy[r] + (e - s)
         if e > makespan:
             makespan = e
-    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes)
+    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
+                     recompute=bool(recompute))
