@@ -244,13 +244,15 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             return None
         if hf[sf - 1] != r:
             d, cross = d + transfer, cross + 1
-        start = max(start, d)
+        if d > start:
+            start = d
     d = end_f[bi]
     if d is None:
         waiters.setdefault(bi, []).append(r)
         waiting_on[r] = f"{sb}F{mb}"
         return None
-    start = max(start, d)
+    if d > start:
+        start = d
     if sb < last:
         d = end_x[bi + M]
         if d is None:
@@ -259,11 +261,15 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             return None
         if hb[sb + 1] != r:
             d, cross = d + transfer, cross + 1
-        start = max(start, d)
+        if d > start:
+            start = d
     end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
     end_f[fi] = end
     end_x[bi] = end
-    woken = waiters.pop(fi, []) + waiters.pop(bi + SM, [])
+    woken = waiters.pop(fi, None)
+    other = waiters.pop(bi + SM, None)
+    if other:
+        woken = other if woken is None else woken + other
     return start, end, woken, cross
 
 
