@@ -49,7 +49,8 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def _make(folder: Path, python: Path | str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "venv", f"PYTHON={python}"], cwd=folder,
+    # EXTRAS fixed on the command line: CI exports EXTRAS=dev,torch, which names another stamp
+    return subprocess.run(["make", "venv", f"PYTHON={python}", "EXTRAS=dev"], cwd=folder,
                           capture_output=True, text=True, timeout=60)
 
 
