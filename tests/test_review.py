@@ -198,11 +198,14 @@ def test_symbols_keep_the_appendix_meaning_in_the_chapters():
     assert "payload" in meaning["V"] and "rank" in meaning["r"]
     assert "bubble" in meaning[r"\kappa"] and "memory budget" in meaning[r"\Omega"]
     for chapter in ("01_collectives.ipynb", "05_sequence_parallelism.ipynb"):
-        hits = re.findall(r"\$[^$]*\bM\b[^$]*\$", _math(chapter))
+        hits = re.findall(r"\$[^$]*(?<![A-Za-z\\])M(?![A-Za-z])[^$]*\$", _math(chapter))
         assert not hits, (chapter, hits)                   # M is the microbatch count
     from tpp.symbolic import collectives as sc
 
     assert str(sc.V) == "V" and sc.alpha_beta_time().has(sc.V)
+    assert str(sc.j) == "j" and "step $s$" not in _math("01_collectives.ipynb") + _markdown(
+        "01_collectives.ipynb")                            # s is the sequence length
+    assert sc.all_reduce_bytes_per_rank(unevaluated=True).has(sc.j)
     assert "sc.M" not in _code("01_collectives.ipynb")
     assert 'symbols("t M"' not in _code("05_sequence_parallelism.ipynb")
     for chapter in ("02_tp_mlp.ipynb", "03_f_and_g.ipynb"):
@@ -226,6 +229,11 @@ def test_symbols_keep_the_appendix_meaning_in_the_chapters():
     assert r"\gamma" not in ch03 and "h = 10^{-5}" not in ch03 and "/2h" not in ch03
     ch18 = _math("18_real_engine.ipynb")
     assert r"\frac{M}{B}" not in ch18 and "payload $M$" not in _markdown("18_real_engine.ipynb")
+    ch16 = _math("16_expert_parallel.ipynb")       # t: TP degree, e: bytes per element
+    assert not re.search(r"\b[xy]_t\b|g_\{t,e\}|W_\{[12],e\}|token \$t\$", ch16)
+    ch17 = _math("17_serving.ipynb")               # M microbatches, P stages, Psi parameters
+    assert "$m = p$" not in ch17 and "(p-1)/(m+p-1)" not in ch17 and "$N e/t$" not in ch17
+    assert 'sp.symbols("p m t_s"' not in _code("17_serving.ipynb")
 
 
 def _code(chapter: str) -> str:

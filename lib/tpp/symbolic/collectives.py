@@ -3,12 +3,13 @@
 Symbols: ``N`` ranks (positive integer), ``V`` payload bytes (positive; ``M`` is an alias kept
 for old code, the course keeps M for the number of microbatches), ``alpha`` latency per
 step (seconds), ``beta`` bandwidth per direction (bytes/s; ``B`` is an alias kept for old code,
-the course's notation is beta), ``s`` the step index.
+the course's notation is beta), ``j`` the step index (``s`` is an alias kept for old code;
+the course keeps s for the sequence length).
 
 The derivation sums what one rank sends, step by step:
 
-* reduce-scatter phase: steps s = 0..N-2, one chunk of V/N bytes each:
-  ``Sum(V/N, (s, 0, N-2)) = (N-1) V / N``;
+* reduce-scatter phase: steps j = 0..N-2, one chunk of V/N bytes each:
+  ``Sum(V/N, (j, 0, N-2)) = (N-1) V / N``;
 * all-gather phase: the same, ``(N-1) V / N``;
 * all-reduce = reduce-scatter + all-gather: ``2 (N-1) V / N``, in 2(N-1) steps;
 * alpha-beta time: ``steps * alpha + bytes_per_rank / beta``.
@@ -28,6 +29,7 @@ __all__ = [
     "N",
     "V",
     "alpha",
+    "j",
     "s",
     "all_gather_bytes_per_rank",
     "all_reduce_bytes_per_rank",
@@ -45,7 +47,8 @@ M = V  # alias: M is the number of microbatches in the course's notation
 alpha = sp.Symbol("alpha", nonnegative=True)
 beta = sp.Symbol("beta", positive=True)
 B = beta  # alias: the course writes the link bandwidth as beta (appendix_notation)
-s = sp.Symbol("s", integer=True, nonnegative=True)
+j = sp.Symbol("j", integer=True, nonnegative=True)  # ring step index
+s = j  # alias: s is the sequence length in the course's notation
 
 _OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
@@ -63,14 +66,14 @@ def chunk_bytes() -> sp.Expr:
 
 
 def reduce_scatter_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
-    """``Sum_{s=0}^{N-2} V/N = (N-1) V / N``: one chunk per step for N-1 steps."""
-    expr = sp.Sum(chunk_bytes(), (s, 0, N - 2))
+    """``Sum_{j=0}^{N-2} V/N = (N-1) V / N``: one chunk per step for N-1 steps."""
+    expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
 def all_gather_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
-    """``Sum_{s=0}^{N-2} V/N = (N-1) V / N`` with V the gathered output size."""
-    expr = sp.Sum(chunk_bytes(), (s, 0, N - 2))
+    """``Sum_{j=0}^{N-2} V/N = (N-1) V / N`` with V the gathered output size."""
+    expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
@@ -84,7 +87,7 @@ def all_reduce_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
 def ring_steps(op: str) -> sp.Expr:
     """Sequential steps: all_reduce ``2 (N-1)``; reduce_scatter, all_gather, broadcast ``N-1``."""
     name = _op(op)
-    one_phase = sp.Sum(1, (s, 0, N - 2)).doit()
+    one_phase = sp.Sum(1, (j, 0, N - 2)).doit()
     return sp.expand(2 * one_phase) if name == "all_reduce" else one_phase
 
 
