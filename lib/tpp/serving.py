@@ -9,7 +9,7 @@ One decode step generates one token for each of ``batch`` sequences. Under TP de
 with ``P = batch * d * e`` bytes per all-reduce (one token per sequence), ``n_ar = 2 L`` (two
 all-reduces per layer, after attention and after the MLP), ``rf(t) = 2 (t-1)/t`` the ring factor
 and ``steps(t) = 2 (t-1)``. Every assumption is a named parameter of :func:`decode_step`, with
-defaults that match the second seed's text (weights only, memory-bound, no latency); the
+defaults that match the serving lesson's text (weights only, memory-bound, no latency); the
 :class:`DecodeStep` it returns keeps them in ``assumptions``.
 """
 

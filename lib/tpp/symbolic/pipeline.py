@@ -131,7 +131,7 @@ def bubble_ratio(name: str) -> sp.Expr:
 
 
 def seed1_interleaved_bubble() -> sp.Expr:
-    """The interleaved bubble **as stated in seed 1, sec. 3.4**: (1/v) (P-1)/(M+P-1).
+    """The interleaved bubble **as stated in the TP/PP lecture, sec. 3.4**: (1/v) (P-1)/(M+P-1).
 
     It is neither convention: the share of rank-time is (P-1)/(v M + P - 1) and the ratio to
     ideal time is (P-1)/(v M); kept here so that the chapters can compare it with both.
