@@ -170,7 +170,7 @@ def test_notation_matches_the_chapters_usage():
     assert "full backward" in meaning["t_B"] and "input-gradient" in meaning["t_I"]
     ch01 = _markdown("01_collectives.ipynb")
     assert "bandwidth $B$" not in ch01 and r"N\alpha B" not in ch01
-    assert r"$M^\ast = N \alpha \beta$" in ch01
+    assert r"$V^\ast = N \alpha \beta$" in ch01
     from tpp.symbolic import collectives as sc
 
     assert sc.alpha_beta_time().has(sc.beta) and str(sc.beta) == "beta"
@@ -178,6 +178,62 @@ def test_notation_matches_the_chapters_usage():
     assert "KV cache of $T$ tokens" not in ch04        # T is the TP degree
     ch06 = _markdown("06_tp_cost.ipynb")
     assert "memory bandwidth $H$" not in ch06 and "W/H" not in ch06   # H is the head count
+
+
+def _math(chapter: str) -> str:
+    """The inline and display math of a chapter's Markdown cells and figure captions."""
+    nb = nbformat.read(ROOT / "chapters" / chapter, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    text += "\n".join(c.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
+                      for c in nb.cells)
+    return "\n".join(re.findall(r"\$\$.*?\$\$|\$[^$\n]+\$", text, flags=re.S))
+
+
+def test_symbols_keep_the_appendix_meaning_in_the_chapters():
+    """Second meanings the review found: M as a payload (01, 05), t as a device index (02, 03),
+    b as a bubble target (07), B as a memory budget (10) or a bandwidth (13), gamma as a
+    gradient (03). The chapters now use the appendix's letters: V, r, kappa, Omega, beta."""
+    meaning = {sym: m for symbols, m in _notation_rows() for sym in symbols}
+    assert "microbatches" in meaning["M"]
+    assert "payload" in meaning["V"] and "rank" in meaning["r"]
+    assert "bubble" in meaning[r"\kappa"] and "memory budget" in meaning[r"\Omega"]
+    for chapter in ("01_collectives.ipynb", "05_sequence_parallelism.ipynb"):
+        hits = re.findall(r"\$[^$]*(?<![A-Za-z\\])M(?![A-Za-z])[^$]*\$", _math(chapter))
+        assert not hits, (chapter, hits)                   # M is the microbatch count
+    from tpp.symbolic import collectives as sc
+
+    assert str(sc.V) == "V" and sc.alpha_beta_time().has(sc.V)
+    assert str(sc.j) == "j" and "step $s$" not in _math("01_collectives.ipynb") + _markdown(
+        "01_collectives.ipynb")                            # s is the sequence length
+    assert sc.all_reduce_bytes_per_rank(unevaluated=True).has(sc.j)
+    assert "sc.M" not in _code("01_collectives.ipynb")
+    assert 'symbols("t M"' not in _code("05_sequence_parallelism.ipynb")
+    for chapter in ("02_tp_mlp.ipynb", "03_f_and_g.ipynb"):
+        math = _math(chapter) + _code(chapter)
+        for index in (r"\^\{\(t\)\}", r"\\sum_t\b", r"\\sum_\{t=1\}", r"\b[yzgl]_t\b", r"\$t\$"):
+            assert not re.search(index, math), (chapter, index)  # t: Korthikanti's TP degree
+    assert "^{(r)}" in _math("02_tp_mlp.ipynb") and "y_r" in _math("03_f_and_g.ipynb")
+    ch07 = _math("07_gpipe.ipynb")
+    assert "(1-b)/b" not in ch07 and r"\frac{1-b}{b}" not in ch07 and "$b = 5" not in ch07
+    assert r"(1-\kappa)/\kappa" in ch07
+    ch10 = _math("10_zero_bubble.ipynb")
+    assert r"\le B$" not in ch10 and "budget $B$" not in _markdown("10_zero_bubble.ipynb")
+    assert r"\le \Omega$" in ch10
+    assert "bandwidth $B$" not in _markdown("13_data_parallel.ipynb")
+    assert 'symbols("tau B F"' not in _code("13_data_parallel.ipynb")
+    ch13 = _math("13_data_parallel.ipynb") + _math("14_composition.ipynb")
+    ch13 += _markdown("13_data_parallel.ipynb")
+    assert not re.search(r"3m\\frac|\$m\$|chunks of \$P/N", ch13)  # M: microbatches; P: PP degree
+    assert 'symbols("N Psi e m"' not in _code("13_data_parallel.ipynb")
+    ch03 = _math("03_f_and_g.ipynb")                       # gamma: router skew; h: hidden size
+    assert r"\gamma" not in ch03 and "h = 10^{-5}" not in ch03 and "/2h" not in ch03
+    ch18 = _math("18_real_engine.ipynb")
+    assert r"\frac{M}{B}" not in ch18 and "payload $M$" not in _markdown("18_real_engine.ipynb")
+    ch16 = _math("16_expert_parallel.ipynb")       # t: TP degree, e: bytes per element
+    assert not re.search(r"\b[xy]_t\b|g_\{t,e\}|W_\{[12],e\}|token \$t\$", ch16)
+    ch17 = _math("17_serving.ipynb")               # M microbatches, P stages, Psi parameters
+    assert "$m = p$" not in ch17 and "(p-1)/(m+p-1)" not in ch17 and "$N e/t$" not in ch17
+    assert 'sp.symbols("p m t_s"' not in _code("17_serving.ipynb")
 
 
 def _code(chapter: str) -> str:

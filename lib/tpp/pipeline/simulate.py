@@ -14,6 +14,12 @@ with v chunks spends v * t_f on the forward of one microbatch), either one scala
 or a sequence of length S = P * v. ``t_b`` is the input-gradient time (op ``I``) and ``t_w`` the
 weight-gradient time (op ``W``); a full backward ``B`` costs ``t_b + t_w``. With the default
 ``t_w = 0`` a B costs ``t_b``.
+
+``recompute=True`` models activation re-materialisation as GPipe publishes it (Huang et al.
+2019, sec. 2.2): the forward keeps only each stage's input, and the backward first re-runs the
+stage's forward, so every B (or I) costs ``t_f`` more and the memory a rank holds is counted as
+stored stage inputs plus one stage's activations while a backward runs
+(:meth:`SimResult.activation_bytes_over_time`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from fractions import Fraction
 from numbers import Real
 
 from tpp.pipeline.ir import Action, Overlap, Schedule, no_gc
+from tpp.pipeline.memory import ActivationMemory
 from tpp.pipeline.validate import check_structure, describe_deadlock
 
 Time = Real  # int, Fraction or float
@@ -63,13 +70,15 @@ def run_dependencies(
     t_w: Time | Sequence[Time],
     transfer: Time,
     overlap: Time | None = None,
+    recompute: bool = False,
 ) -> tuple[list[tuple[int, Action | Overlap, Time, Time]], int]:
     """Core of the simulator: the timeline ``(rank, action, start, end)`` in completion order and
     the number of cross-rank dependency edges.
 
     Structural errors (misplaced, out-of-range, duplicate or missing actions) are detected inline
     and reported by :func:`~tpp.pipeline.validate.check_structure`'s precise diagnosis; a deadlock
-    raises ``ValueError`` naming every stuck action and what it waits for."""
+    raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
+    input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
     P, M, S = schedule.ranks, schedule.microbatches, schedule.stages
     if not (isinstance(P, int) and isinstance(M, int) and S >= 1 and M >= 1
             and len(schedule.actions) == P):
@@ -77,6 +86,8 @@ def run_dependencies(
     cf = _per_stage("t_f", t_f, S)
     ci = _per_stage("t_b", t_b, S)
     cw = _per_stage("t_w", t_w, S)
+    if recompute:  # the backward re-runs the stage's forward first (Huang et al. 2019, 2.2)
+        ci = [ci[s] + cf[s] for s in range(S)]
     cb = [ci[s] + cw[s] for s in range(S)]
     SM = S * M
     end_f: list[Time | None] = [None] * SM
@@ -234,13 +245,15 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             return None
         if hf[sf - 1] != r:
             d, cross = d + transfer, cross + 1
-        start = max(start, d)
+        if d > start:
+            start = d
     d = end_f[bi]
     if d is None:
         waiters.setdefault(bi, []).append(r)
         waiting_on[r] = f"{sb}F{mb}"
         return None
-    start = max(start, d)
+    if d > start:
+        start = d
     if sb < last:
         d = end_x[bi + M]
         if d is None:
@@ -249,16 +262,20 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             return None
         if hb[sb + 1] != r:
             d, cross = d + transfer, cross + 1
-        start = max(start, d)
+        if d > start:
+            start = d
     end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
     end_f[fi] = end
     end_x[bi] = end
-    woken = waiters.pop(fi, []) + waiters.pop(bi + SM, [])
+    woken = waiters.pop(fi, None)
+    other = waiters.pop(bi + SM, None)
+    if other:
+        woken = other if woken is None else woken + other
     return start, end, woken, cross
 
 
 @dataclass
-class SimResult:
+class SimResult(ActivationMemory):
     """Outcome of :func:`simulate`. Times are in the units of the costs given.
 
     * ``timeline``: ``(rank, action, start, end)`` for every operation;
@@ -271,6 +288,10 @@ class SimResult:
       **ends** (B; or W when the backward is split, since W still reads the stored input);
       releases at an instant are counted before acquisitions at the same instant. With
       interleaving a set is one chunk's activations (1/v of the rank's layers).
+    * ``activation_bytes_over_time(rank, stage_bytes, input_bytes)`` and
+      ``peak_activation_bytes(...)``: the same sets weighted in bytes; with ``recompute`` a set
+      keeps only the stage's input and a rank also holds one stage's activations while a
+      backward re-materialises them (Huang et al. 2019, sec. 2.3: O(N + (L/K)(N/M))).
     * ``p2p_messages``, ``p2p_bytes``: cross-rank transfers (activations forward, gradients
       backward), ``activation_bytes`` each.
     """
@@ -281,6 +302,7 @@ class SimResult:
     busy: list[Time]
     p2p_messages: int
     p2p_bytes: int | float
+    recompute: bool = False
     _inflight_cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -311,51 +333,6 @@ class SimResult:
         rows.sort(key=lambda x: x[1])
         return rows
 
-    def inflight_over_time(self, rank: int, release: str = "last") -> tuple[list, list]:
-        """Step function of activation sets held by ``rank``: ``(times, counts)`` where
-        ``counts[i]`` holds from ``times[i]`` until ``times[i+1]`` (the last is 0 at the end).
-
-        ``release="last"`` frees a set when its B or W ends (default, see the class docstring);
-        ``release="I"`` frees it when its input gradient (B or I) ends instead.
-        """
-        if release not in ("last", "I"):
-            raise ValueError(f"release must be 'last' or 'I' (got {release!r})")
-        key = (rank, release)
-        if key not in self._inflight_cache:
-            freeing = {"B", "W"} if release == "last" else {"B", "I"}
-            events = []
-            for r, a, s, e in self.timeline:
-                if r != rank:
-                    continue
-                if type(a) is Overlap:  # the F half acquires, the B half releases
-                    events.append((s, 1))
-                    events.append((e, -1))
-                elif a.kind == "F":
-                    events.append((s, 1))
-                elif a.kind in freeing:
-                    events.append((e, -1))
-            events.sort(key=lambda x: (x[0], x[1]))
-            times: list = [0 * self.makespan]
-            counts = [0]
-            level = 0
-            for t, delta in events:
-                level += delta
-                if t == times[-1]:
-                    counts[-1] = level
-                else:
-                    times.append(t)
-                    counts.append(level)
-            self._inflight_cache[key] = (times, counts)
-        return self._inflight_cache[key]
-
-    @property
-    def peak_inflight(self) -> list[int]:
-        return [max(self.inflight_over_time(r)[1]) for r in range(self.ranks)]
-
-    def peak_inflight_until(self, release: str) -> list[int]:
-        """Peak per rank with the given release rule (see :meth:`inflight_over_time`)."""
-        return [max(self.inflight_over_time(r, release)[1]) for r in range(self.ranks)]
-
 
 def simulate(
     schedule: Schedule,
@@ -366,6 +343,7 @@ def simulate(
     p2p_bandwidth: Time | None = None,
     activation_bytes: int = 0,
     overlap: Time | None = None,
+    recompute: bool = False,
 ) -> SimResult:
     """Simulate ``schedule``: every rank runs its actions in order, each as soon as its
     dependencies (plus the transfer time when they come from another rank) and its rank allow.
@@ -376,6 +354,8 @@ def simulate(
     transfer time ``p2p_latency + activation_bytes / p2p_bandwidth`` between ranks. Pass ints or
     Fractions for exact results. ``overlap`` is the time of one overlapped F&B pair
     (:class:`~tpp.pipeline.ir.Overlap`); ``None`` charges F's time plus B's time (no gain).
+    ``recompute=True``: every backward (B or I) re-runs its stage's forward first, ``t_f``
+    more (GPipe's re-materialisation, Huang et al. 2019, sec. 2.3; see the module docstring).
     Raises ``ValueError`` on an invalid schedule (see :func:`tpp.pipeline.validate`).
     """
     if overlap is not None and (not isinstance(overlap, Real) or isinstance(overlap, bool)
@@ -393,7 +373,8 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap)
+        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap,
+                                           recompute=bool(recompute))
     P = schedule.ranks
     zero = 0 * transfer
     busy: list[Time] = [zero] * P
@@ -402,4 +383,5 @@ def simulate(
         busy[r] = busy[r] + (e - s)
         if e > makespan:
             makespan = e
-    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes)
+    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
+                     recompute=bool(recompute))

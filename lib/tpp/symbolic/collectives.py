@@ -1,15 +1,17 @@
 """SymPy derivations of the ring collectives' costs (Patarasuk & Yuan 2009; NCCL tests).
 
-Symbols: ``N`` ranks (positive integer), ``M`` payload bytes (positive), ``alpha`` latency per
+Symbols: ``N`` ranks (positive integer), ``V`` payload bytes (positive; ``M`` is an alias kept
+for old code, the course keeps M for the number of microbatches), ``alpha`` latency per
 step (seconds), ``beta`` bandwidth per direction (bytes/s; ``B`` is an alias kept for old code,
-the course's notation is beta), ``s`` the step index.
+the course's notation is beta), ``j`` the step index (``s`` is an alias kept for old code;
+the course keeps s for the sequence length).
 
 The derivation sums what one rank sends, step by step:
 
-* reduce-scatter phase: steps s = 0..N-2, one chunk of M/N bytes each:
-  ``Sum(M/N, (s, 0, N-2)) = (N-1) M / N``;
-* all-gather phase: the same, ``(N-1) M / N``;
-* all-reduce = reduce-scatter + all-gather: ``2 (N-1) M / N``, in 2(N-1) steps;
+* reduce-scatter phase: steps j = 0..N-2, one chunk of V/N bytes each:
+  ``Sum(V/N, (j, 0, N-2)) = (N-1) V / N``;
+* all-gather phase: the same, ``(N-1) V / N``;
+* all-reduce = reduce-scatter + all-gather: ``2 (N-1) V / N``, in 2(N-1) steps;
 * alpha-beta time: ``steps * alpha + bytes_per_rank / beta``.
 
 Also, for the f/g chapter, :func:`copy_backward_is_sum` and :func:`sum_backward_is_copy` derive
@@ -25,7 +27,9 @@ __all__ = [
     "beta",
     "M",
     "N",
+    "V",
     "alpha",
+    "j",
     "s",
     "all_gather_bytes_per_rank",
     "all_reduce_bytes_per_rank",
@@ -38,11 +42,13 @@ __all__ = [
 ]
 
 N = sp.Symbol("N", integer=True, positive=True)
-M = sp.Symbol("M", positive=True)
+V = sp.Symbol("V", positive=True)  # payload bytes (appendix_notation)
+M = V  # alias: M is the number of microbatches in the course's notation
 alpha = sp.Symbol("alpha", nonnegative=True)
 beta = sp.Symbol("beta", positive=True)
 B = beta  # alias: the course writes the link bandwidth as beta (appendix_notation)
-s = sp.Symbol("s", integer=True, nonnegative=True)
+j = sp.Symbol("j", integer=True, nonnegative=True)  # ring step index
+s = j  # alias: s is the sequence length in the course's notation
 
 _OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
@@ -55,24 +61,24 @@ def _op(op: str) -> str:
 
 
 def chunk_bytes() -> sp.Expr:
-    """Size of one ring chunk: the payload cut into N equal pieces, ``M / N``."""
-    return M / N
+    """Size of one ring chunk: the payload cut into N equal pieces, ``V / N``."""
+    return V / N
 
 
 def reduce_scatter_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
-    """``Sum_{s=0}^{N-2} M/N = (N-1) M / N``: one chunk per step for N-1 steps."""
-    expr = sp.Sum(chunk_bytes(), (s, 0, N - 2))
+    """``Sum_{j=0}^{N-2} V/N = (N-1) V / N``: one chunk per step for N-1 steps."""
+    expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
 def all_gather_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
-    """``Sum_{s=0}^{N-2} M/N = (N-1) M / N`` with M the gathered output size."""
-    expr = sp.Sum(chunk_bytes(), (s, 0, N - 2))
+    """``Sum_{j=0}^{N-2} V/N = (N-1) V / N`` with V the gathered output size."""
+    expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
 def all_reduce_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
-    """Reduce-scatter phase + all-gather phase: ``2 (N-1) M / N`` bytes sent by each rank."""
+    """Reduce-scatter phase + all-gather phase: ``2 (N-1) V / N`` bytes sent by each rank."""
     expr = sp.Add(reduce_scatter_bytes_per_rank(True), all_gather_bytes_per_rank(True),
                   evaluate=False)
     return expr if unevaluated else sp.factor(sp.simplify(expr.doit()))
@@ -81,12 +87,12 @@ def all_reduce_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
 def ring_steps(op: str) -> sp.Expr:
     """Sequential steps: all_reduce ``2 (N-1)``; reduce_scatter, all_gather, broadcast ``N-1``."""
     name = _op(op)
-    one_phase = sp.Sum(1, (s, 0, N - 2)).doit()
+    one_phase = sp.Sum(1, (j, 0, N - 2)).doit()
     return sp.expand(2 * one_phase) if name == "all_reduce" else one_phase
 
 
 def bytes_per_rank(op: str) -> sp.Expr:
-    """Bytes one rank sends (the busiest rank for broadcast: M)."""
+    """Bytes one rank sends (the busiest rank for broadcast: V)."""
     name = _op(op)
     if name == "all_reduce":
         return all_reduce_bytes_per_rank()
@@ -94,17 +100,17 @@ def bytes_per_rank(op: str) -> sp.Expr:
         return reduce_scatter_bytes_per_rank()
     if name == "all_gather":
         return all_gather_bytes_per_rank()
-    return M
+    return V
 
 
 def ring_factor(op: str = "all_reduce") -> sp.Expr:
-    """Bus factor = bytes per rank / M: ``2(N-1)/N``, ``(N-1)/N``, ``(N-1)/N`` or 1."""
-    return sp.factor(sp.simplify(bytes_per_rank(op) / M))
+    """Bus factor = bytes per rank / V: ``2(N-1)/N``, ``(N-1)/N``, ``(N-1)/N`` or 1."""
+    return sp.factor(sp.simplify(bytes_per_rank(op) / V))
 
 
 def alpha_beta_time(op: str = "all_reduce") -> sp.Expr:
     """``T = steps * alpha + bytes_per_rank / beta``; all-reduce:
-    ``2(N-1) alpha + 2(N-1)M/(N beta)``. A ring model: a bound that fits large messages (see
+    ``2(N-1) alpha + 2(N-1)V/(N beta)``. A ring model: a bound that fits large messages (see
     :mod:`tpp.costs.algorithms` for tree, NVLS and one-shot all-reduces)."""
     return ring_steps(op) * alpha + bytes_per_rank(op) / beta
 

@@ -238,11 +238,13 @@ def _prune(forms: set[tuple[int, ...]]) -> frozenset[tuple[int, ...]]:
 
 
 def makespan_forms(schedule: object, zero: tuple[bool, ...] = (False,) * 4,
-                   pair_is_sum: bool = False) -> frozenset:
+                   pair_is_sum: bool = False, recompute: bool = False) -> frozenset:
     """The makespan of ``schedule`` as a set of linear forms over (t_F, t_B, t_W, overlap):
     the longest path into every action, each kept as the coefficient vectors that are not
     dominated. ``zero[i]`` drops coordinate i (a cost that is exactly 0); ``pair_is_sum``
-    charges an overlapped pair t_F + t_B + t_W (fewer coordinates, smaller fronts)."""
+    charges an overlapped pair t_F + t_B + t_W (fewer coordinates, smaller fronts);
+    ``recompute`` adds one t_F to every B and I (and to a pair charged as a sum; a pair with
+    its own ``overlap`` time keeps it, as in the simulator)."""
     from tpp.pipeline.ir import Overlap
     from tpp.pipeline.simulate import run_dependencies
 
@@ -258,7 +260,9 @@ def makespan_forms(schedule: object, zero: tuple[bool, ...] = (False,) * 4,
     def cost(step: object) -> tuple[int, ...]:
         vec = _cost_vector(step)
         if pair_is_sum and vec[3]:
-            vec = (1, 1, 1, 0)
+            vec = (1 + recompute, 1, 1, 0)
+        elif recompute and step.kind in ("B", "I"):
+            vec = (vec[0] + 1, *vec[1:])
         return tuple(0 if z else c for c, z in zip(vec, zero, strict=True))
 
     for r, step, _s, _e in timeline:
@@ -287,7 +291,8 @@ def makespan_forms(schedule: object, zero: tuple[bool, ...] = (False,) * 4,
 
 
 def makespan_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = t_B,
-                           t_w: sp.Expr = 0, overlap: sp.Expr | None = None) -> sp.Expr:
+                           t_w: sp.Expr = 0, overlap: sp.Expr | None = None,
+                           recompute: bool = False) -> sp.Expr:
     """Exact makespan of ``schedule`` (free transfers) as a SymPy expression in the costs.
 
     Derived from the schedule's dependency graph, not from a hand-written critical path: each
@@ -299,12 +304,14 @@ def makespan_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = 
 
     ``t_f``, ``t_b``, ``t_w``: the costs of F, I (input gradient) and W; B costs ``t_b + t_w``;
     ``overlap`` is the time of an overlapped F&B pair (default ``t_f + t_b + t_w``).
+    ``recompute``: every backward re-runs its stage's forward first and costs ``t_f`` more
+    (GPipe's re-materialisation, Huang et al. 2019, sec. 2.3), as in :func:`tpp.pipeline.simulate`.
     """
     costs = [sp.sympify(t_f), sp.sympify(t_b), sp.sympify(t_w)]
     pair = costs[0] + costs[1] + costs[2] if overlap is None else sp.sympify(overlap)
     costs.append(pair)
     zero = tuple(c == 0 for c in costs)
-    forms = makespan_forms(schedule, zero, pair_is_sum=overlap is None)
+    forms = makespan_forms(schedule, zero, pair_is_sum=overlap is None, recompute=recompute)
     exprs = [sp.expand(sum(n * c for n, c in zip(f, costs, strict=True)))
              for f in sorted(forms, reverse=True)]
     exprs = list(dict.fromkeys(exprs))  # forms can coincide once a cost is substituted
@@ -316,11 +323,13 @@ def makespan_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = 
 
 
 def busy_from_schedule(schedule: object, t_f: sp.Expr = t_F, t_b: sp.Expr = t_B,
-                       t_w: sp.Expr = 0, overlap: sp.Expr | None = None) -> list[sp.Expr]:
+                       t_w: sp.Expr = 0, overlap: sp.Expr | None = None,
+                       recompute: bool = False) -> list[sp.Expr]:
     """Compute time of each rank: the sum of its actions' costs (same cost rules as
-    :func:`makespan_from_schedule`)."""
-    pair = t_f + t_b + t_w if overlap is None else overlap
-    per_kind = {"F": t_f, "I": t_b, "W": t_w, "B": t_b + t_w, "F&B": pair}
+    :func:`makespan_from_schedule`, including ``recompute``)."""
+    t_x = t_b + t_f if recompute else t_b  # an input-gradient backward
+    pair = t_f + t_x + t_w if overlap is None else overlap
+    per_kind = {"F": t_f, "I": t_x, "W": t_w, "B": t_x + t_w, "F&B": pair}
     return [sp.expand(sum((per_kind[a.kind] for a in row), sp.Integer(0)))
             for row in schedule.actions]
 
