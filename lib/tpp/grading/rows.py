@@ -7,7 +7,6 @@ by number only, and they run without being stored in the kernel's input history 
 
 from __future__ import annotations
 
-import ast
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from tpp.grading.notebook import Master
 from tpp.grading.submission import (
     Rejected,
     answer_sources,
+    assigned_names,
     read_notebook,
     submitted_assignment,
 )
@@ -59,16 +59,6 @@ def show_value(v: dict[str, Any], limit: int = 80) -> str:
     if t == "error":
         return clip(f"(error: {v.get('why', '')})", limit)
     return _describe(v)
-
-
-def assigned_names(source: str) -> set[str]:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
-    return {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-    }
 
 
 def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:

@@ -126,7 +126,8 @@ def _tag_question(cell: dict[str, Any]) -> str | None:
     return q if isinstance(q, str) else None
 
 
-def _student_names(source: str) -> set[str]:
+def assigned_names(source: str) -> set[str]:
+    """Names a cell's source assigns to (empty for source that does not parse)."""
     import ast
 
     try:
@@ -183,7 +184,7 @@ def _by_names(
     code: list[dict[str, Any]], used: set[int], master_source: str, answer_ids: list[str]
 ) -> dict[str, Any] | None:
     """The last unused, untagged code cell assigning every variable of ``master_source``."""
-    want = _student_names(master_source)
+    want = assigned_names(master_source)
     want = {n for n in want if not n.startswith("_")}
     if not want:
         return None
@@ -192,7 +193,7 @@ def _by_names(
         if id(c) in used or c.get("id") in answer_ids or _tag_question(c) is not None:
             continue
         try:
-            names = _student_names(source_text(c.get("source", "")))
+            names = assigned_names(source_text(c.get("source", "")))
         except TypeError:
             continue
         if want <= names:
