@@ -30,6 +30,7 @@ from functools import lru_cache
 
 from tpp import hardware
 from tpp.collectives import alpha_beta_time, ring_steps
+from tpp.costs import compute as ccomp
 from tpp.costs import flops as cflops
 from tpp.costs import memory as cmem
 from tpp.costs import tp as ctp
@@ -121,6 +122,46 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     return p
 
 
+def _hsdp_shard(lay: Layout, gpus_per_node: int) -> int:
+    """Ranks of one HSDP shard group: the DP x CP ranks inside one node (TP fastest)."""
+    return max(1, min(lay.dp * lay.cp, gpus_per_node // lay.tp))
+
+
+def _dp_times(lay: Layout, n_params: int, M: int, units: int, gpus_per_node: int,
+              intra: hardware.Link, inter: hardware.Link) -> tuple[float, float]:
+    """(all DP/ZeRO traffic time, the part that can never hide) of one step on one rank.
+
+    One ring collective per layer (an FSDP unit or DDP bucket) at the link's bus bandwidth,
+    each paying ``ring_steps x alpha``. ZeRO-1/2's weight all-gather after the update is the
+    part that cannot hide. HSDP: ZeRO-3's collectives over the node's shard group on NVLink
+    plus one all-reduce of the gradient shard across the replicas (inter-node) per step.
+    """
+    dp_n = lay.dp * lay.cp
+    if dp_n == 1:
+        return 0.0, 0.0
+
+    def ring(n_par: int, n: int, stage: int, link: hardware.Link, m: int) -> float:
+        byt = czero.dp_bytes_per_rank(n_par, n, stage, "bf16", m)
+        ops = czero.dp_collectives(stage, m)
+        return byt / link.bus_bandwidth + units * link.latency * sum(
+            c * ring_steps(op, n) for op, c in ops.items())
+
+    if lay.hsdp:
+        shard = _hsdp_shard(lay, gpus_per_node)
+        total = ring(n_params, shard, 3, intra, M) if shard > 1 else 0.0
+        reps = dp_n // shard
+        if reps > 1:
+            total += ring(-(-n_params // shard), reps, 0, inter, 1)
+        return total, 0.0
+    link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
+    total = ring(n_params, dp_n, lay.zero, link, M)
+    after = 0.0
+    if lay.zero in (1, 2):
+        after = (czero.dp_bytes_per_rank(n_params, dp_n, 1, "bf16") / 2 / link.bus_bandwidth
+                 + units * link.latency * ring_steps("all_gather", dp_n))
+    return total, after
+
+
 def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
     sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
     res = simulate(sched, t_f=list(t_f), t_b=list(t_b), p2p_latency=transfer)
@@ -149,13 +190,18 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
 
 
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
-             gpus_per_node: int = 8, seq_len: int, global_batch: int, mfu: float = 0.4,
+             gpus_per_node: int = 8, seq_len: int, global_batch: int,
+             mfu: float | None = None, attention: str | None = None, dp_overlap: bool = True,
              inter_link: str | None = None, gpus: int | None = None,
              time_bound: float | None = None) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
-    sequences; ``mfu`` is the share of peak bf16 FLOP/s the matmuls reach; ``gpu`` a
+    sequences. Compute is timed kernel by kernel (:mod:`tpp.costs.compute`: each GEMM from its
+    shape, flash or ``attention="eager"`` attention, element-wise work from its bytes);
+    ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
+    ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
+    ``gpu`` a
     :mod:`tpp.hardware` preset (its NVLink carries TP and CP inside a node), ``inter_link`` the
     network between nodes (default :func:`default_inter_link`). ``gpus``, when given, must equal
     ``layout.gpus``. ``time_bound`` (seconds): when the busiest rank's compute alone, a lower
@@ -175,8 +221,11 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if gpus is not None and gpus != layout.gpus:
         raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
                          f"{gpus}: change a degree so the product is {gpus}")
-    if not 0 < mfu <= 1:
-        raise ValueError(f"mfu={mfu} must be in (0, 1]")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
+    if attention not in (None, *ccomp.ATTENTION):
+        raise ValueError(f"attention={attention!r}: use 'flash' (fused, no s x s scores) or "
+                         "'eager' (scores materialised)")
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -203,23 +252,36 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     params[0] += first
     params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
-    peak = dev.peak_flops_bf16 * mfu
-    f_layer = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp)
-    tr_layer = cflops.training_flops_per_layer(model, b, seq_len, lay.recompute) / (t * lay.cp)
-    f_head = 2 * b * seq_len * h * V / (t * lay.cp)
-    sp = t > 1
-    tp_f = ctp.tp_comm_time(b, s, h, t, intra.bandwidth, intra.latency, 1, "forward", sp) \
-        if t > 1 else 0.0
-    tp_b = ctp.tp_comm_time(b, s, h, t, intra.bandwidth, intra.latency, 1, "step", sp,
+    sp = t > 1 and lay.sp
+    att = attention or "flash"
+    if mfu is not None:  # the old flat-MFU model, on request
+        peak = dev.peak_flops_bf16 * mfu
+        f_l = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp) / peak
+        tr_l = cflops.training_flops_per_layer(model, b, seq_len, lay.recompute) / (
+            t * lay.cp) / peak
+        b_l = tr_l - f_l
+        hf = 2 * b * seq_len * h * V / (t * lay.cp) / peak
+        hb = 2 * hf
+    else:
+        lt = ccomp.layer_time(model, b, seq_len, t, dev, sp=sp, attention=att, cp=lay.cp)
+        f_l = lt.forward
+        b_l = lt.backward + {"none": 0.0, "full": lt.forward,
+                             "selective": lt.attention_f if att == "eager" else 0.0
+                             }[lay.recompute]
+        hf, hb = ccomp.head_time(model, b, s, t, dev)
+    tp_bw = intra.bus_bandwidth
+    tp_f = ctp.tp_comm_time(b, s, h, t, tp_bw, intra.latency, 1, "forward",
+                            sp) if t > 1 else 0.0
+    tp_b = ctp.tp_comm_time(b, s, h, t, tp_bw, intra.latency, 1, "step", sp,
                             recompute=lay.recompute) - tp_f if t > 1 else 0.0
     cp_link = intra if lay.nodes_spanned("cp", gpus_per_node) == 1 else inter
     kv = 2 * b * seq_len * cmem.kv_heads_per_rank(model.n_kv_heads, t) * model.d_head * 2
-    cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bandwidth, cp_link.latency)
+    cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bus_bandwidth, cp_link.latency)
     t_f, t_b = [], []
     for c, n in enumerate(chunks):
-        head = f_head if c == len(chunks) - 1 else 0.0
-        t_f.append(n * (f_layer / peak + tp_f + cp_f) + head / peak)
-        t_b.append(n * ((tr_layer - f_layer) / peak + tp_b + 2 * cp_f) + 2 * head / peak)
+        last_chunk = c == len(chunks) - 1
+        t_f.append(n * (f_l + tp_f + cp_f) + (hf if last_chunk else 0.0))
+        t_b.append(n * (b_l + tp_b + 2 * cp_f) + (hb if last_chunk else 0.0))
     lower = M * max(sum(t_f[c] + t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == q)
                     for q in range(P))
     if time_bound is not None and lower > time_bound:
@@ -228,15 +290,16 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         return est
     pp_link = inter if lay.nodes_spanned("pp", gpus_per_node) > 1 else intra
     boundary = b * s * h * 2 // t  # scatter-gather: each TP rank sends 1/t (Narayanan 2021)
-    transfer = alpha_beta_time("send", boundary, 2, pp_link.bandwidth, pp_link.latency) \
+    transfer = alpha_beta_time("send", boundary, 2, pp_link.bus_bandwidth, pp_link.latency) \
         if P > 1 else 0.0
     makespan, busy, inflight = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer)
     # -- memory of each pipeline rank ----------------------------------------------------------
     act_layer = cmem.activation_bytes_per_layer(
         s, b, h, model.n_heads, t, sp, lay.recompute, model.d_ff, model.n_kv_heads)
+    shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
     best = None
     for r in range(P):
-        terms = czero.model_state_terms(params[r], lay.dp * lay.cp, lay.zero)
+        terms = czero.model_state_terms(params[r], shard_n, lay.zero)
         per_chunk = max(chunks[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
         terms["activations"] = inflight[r] * per_chunk * act_layer
         terms["logits"] = 4 * b * s * -(-V // t) if r == P - 1 else 0
@@ -246,28 +309,22 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
             best = (total, r, terms)
     est.memory_bytes, est.heaviest_rank, est.memory = best
     # -- data parallelism ----------------------------------------------------------------------
-    dp_n = lay.dp * lay.cp
     r = est.heaviest_rank
-    dp_link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
-    dp_bytes = czero.dp_bytes_per_rank(params[r], dp_n, lay.zero, "bf16", M) if dp_n > 1 else 0
-    # one collective per layer (FSDP unit / DDP bucket), each paying ring_steps x alpha
-    units = est.layers[r] + (r == 0) + (r == P - 1)
-    alpha = dp_link.latency
-    ops = czero.dp_collectives(lay.zero, M)
-    dp_time = dp_bytes / dp_link.bandwidth + units * alpha * sum(
-        c * ring_steps(op, dp_n) for op, c in ops.items())
-    after = 0.0  # the weight all-gather after the update cannot hide (stages 1, 2)
-    if lay.zero in (1, 2) and dp_n > 1:
-        after = (czero.dp_bytes_per_rank(params[r], dp_n, 1, "bf16") / 2 / dp_link.bandwidth
-                 + units * alpha * ring_steps("all_gather", dp_n))
     per_mb_b = sum(t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
     per_mb_f = sum(t_f[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-    window = {0: per_mb_b, 1: per_mb_b, 2: M * per_mb_b, 3: M * (per_mb_f + per_mb_b)}[lay.zero]
+    units = est.layers[r] + (r == 0) + (r == P - 1)
+    dp_time, after = _dp_times(lay, params[r], M, units, gpus_per_node, intra, inter)
+    if not dp_overlap:
+        window = 0.0
+    else:
+        window = {0: per_mb_b, 1: per_mb_b, 2: M * per_mb_b,
+                  3: M * (per_mb_f + per_mb_b)}[lay.zero]
     dp_exposed = after + max(0.0, dp_time - after - window)
+    opt = ccomp.optimizer_step_time(-(-params[r] // (shard_n if lay.zero else 1)), dev)
     compute = max(busy)
     est.time = {"compute": compute, "pipeline_bubble": makespan - compute,
-                "dp_total": dp_time, "dp_exposed": dp_exposed}
-    est.step_time = makespan + dp_exposed
+                "dp_total": dp_time, "dp_exposed": dp_exposed, "optimizer": opt}
+    est.step_time = makespan + dp_exposed + opt
     est.model_flops_per_step = global_batch * (
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
         + 3 * 2 * seq_len * h * V)

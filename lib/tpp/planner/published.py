@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpp import models as _models
 from tpp.models import NARAYANAN_TABLE1
 from tpp.planner.layout import Layout
 
@@ -26,10 +27,33 @@ class Published:
     reported: str
     source: str
     assumed: str
+    #: what was measured: seconds per step, or TFLOP/s per GPU under ``flops`` below
+    measured: float = 0.0
+    #: "step_time" (seconds), "hfu" (TFLOP/s counting the recompute forward, Narayanan et al.
+    #: 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh)) or "mfu" (TFLOP/s of 3 passes, Megatron's
+    #: count with full s x s attention: :attr:`tpp.planner.Estimate.model_flops_per_step`)
+    metric: str = "step_time"
+    #: kernel choices of the run's software: attention kernel and whether the gradient
+    #: reduction overlaps the backward
+    attention: str = "flash"
+    dp_overlap: bool = True
 
     @property
     def gpus(self) -> int:
         return self.layout.gpus
+
+    def measured_step_time(self, model_flops_per_step: float) -> float:
+        """Seconds per step the source measured (``model_flops_per_step``: Megatron's 3-pass
+        count, used for the "mfu" metric)."""
+        if self.metric == "step_time":
+            return self.measured
+        if self.metric == "hfu":
+            m = _models.model(self.model)
+            B, s, L, h, V = (self.global_batch, self.seq_len, m.n_layers, m.d_model,
+                             m.vocab_size)
+            flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+            return flops / (self.measured * 1e12 * self.gpus)
+        return model_flops_per_step / (self.measured * 1e12 * self.gpus)
 
 
 #: Narayanan et al. 2021, Table 1: TP, PP, GPUs, batch size, teraFLOP/s per GPU, % of peak.
@@ -46,12 +70,14 @@ for (_n, _a, _h, _L), (_t, _p, _g, _B, _tf, _pct) in zip(NARAYANAN_TABLE1, _TABL
     _key = f"narayanan2021_{_n:g}b".replace(".", "_")
     PUBLISHED[_key] = Published(
         _key, _key, "a100_sxm_80gb",
-        Layout(tp=_t, pp=_p, dp=_g // (_t * _p), microbatch_size=1, recompute="full"),
+        Layout(tp=_t, pp=_p, dp=_g // (_t * _p), microbatch_size=1, recompute="full",
+               sp=False),
         2048, _B, f"{_tf} teraFLOP/s per GPU, {_pct}% of peak",
         "Narayanan et al. 2021 (arXiv:2104.04473), Table 1 (A100 80GB, 8 per node, "
         "8 x 200 Gb/s InfiniBand HDR per node)",
-        "microbatch size 1, full activation recomputation, no ZeRO, no interleaving "
-        "(not in Table 1)",
+        "microbatch size 1, full activation recomputation, no ZeRO, no interleaving, no "
+        "sequence parallelism (2021), eager attention, gradient all-reduce after the backward "
+        "(not in Table 1)", measured=_tf, metric="hfu", attention="eager", dp_overlap=False,
     )
 
 _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100 80GB, 8 per "
@@ -70,7 +96,25 @@ for _key, _lay, _s, _B, _rep in (
      "380 TFLOPs/GPU, 38% MFU"),
 ):
     PUBLISHED[_key] = Published(_key, "llama3_405b", "h100_sxm", _lay, _s, _B, _rep, _L3T4,
-                                _L3_ASSUMED)
+                                _L3_ASSUMED, measured=float(_rep.split()[0]), metric="mfu")
+
+#: Korthikanti et al. 2022 (arXiv:2205.05198), Table 3 (configurations: TP 8, sequence 2048,
+#: microbatch 1, one pipeline; GPUs and global batch 8/4, 64/64, 280/280, 512/512) and
+#: Table 5 (seconds per iteration,
+#: "full recompute" without SP against "present work" = SP + selective recompute).
+_K22 = (("22b", 1, 8, 4, 1.42, 1.10), ("175b", 8, 64, 64, 18.13, 13.75),
+        ("530b", 35, 280, 280, 49.05, 37.83), ("1t", 64, 512, 512, 94.42, 71.49))
+for _n, _p, _g, _bs, _full, _sel in _K22:
+    for _how, _t_it, _rc, _sp in (("full", _full, "full", False),
+                                  ("selective", _sel, "selective", True)):
+        _key = f"korthikanti2022_{_n}_{_how}"
+        PUBLISHED[_key] = Published(
+            _key, f"megatron_{_n}", "a100_sxm_80gb",
+            Layout(tp=8, pp=_p, dp=_g // (8 * _p), recompute=_rc, sp=_sp), 2048, _bs,
+            f"{_t_it} s per iteration",
+            "Korthikanti et al. 2022 (arXiv:2205.05198), Tables 3 and 5 (A100 80GB, Selene)",
+            "no interleaving, eager (non-flash) attention (not stated in Tables 3 and 5)",
+            measured=_t_it, metric="step_time", attention="eager", dp_overlap=False)
 
 
 def published(key: str) -> Published:
