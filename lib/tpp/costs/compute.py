@@ -29,20 +29,24 @@ from tpp.hardware import GPU
 from tpp.models import ModelConfig
 
 __all__ = ["ATTENTION", "FLASH_EFFICIENCY", "KERNEL_LAUNCH", "TILES", "LayerTime",
-           "gemm_time", "elementwise_bytes", "layer_gemms", "layer_time", "head_time",
+           "flash_efficiency", "gemm_time", "elementwise_bytes", "layer_gemms", "layer_time", "head_time",
            "optimizer_step_time"]
 
-ATTENTION = ("flash", "eager")
+ATTENTION = ("flash2", "flash3", "eager")
 #: output tiles (rows x columns) cuBLAS/CUTLASS choose from for large bf16 GEMMs (NVIDIA
 #: "Matrix Multiplication Background" user's guide uses 256x128 and 128x128); the best is taken
 TILES = ((256, 128), (128, 256), (128, 128))
 #: seconds per kernel launch and ramp (assumption: order of a CUDA launch, 2-5 us)
 KERNEL_LAUNCH = 3e-6
 #: share of the dense bf16 peak a flash-attention kernel reaches, causal, head dim 128,
-#: sequences of 2k-16k, (forward, backward). A100: FlashAttention-2 (Dao 2023, Figs. 4-5:
-#: 50-73 % forward, about 55 % backward). H100: FlashAttention-3 (Shah et al. 2024, Figs. 5-7:
-#: ~600-660 TFLOP/s forward, ~450-550 backward of 989).
-FLASH_EFFICIENCY = {"A100": (0.65, 0.55), "H100": (0.62, 0.48), "H200": (0.62, 0.48)}
+#: sequences of 2k-16k, (forward, backward), read off the kernels' published benchmarks:
+#: FlashAttention-2 on A100 (Dao 2023, Figs. 4-6: 50-73 % forward, ~55 % backward);
+#: FlashAttention-2 on H100 (Shah et al. 2024, FlashAttention-3 paper, Figs. 5-6: "only 35 %
+#: utilization" forward, ~30 % backward); FlashAttention-3 on H100 (same figures: ~600-660
+#: TFLOP/s forward, ~450-550 backward, of 989). FA3 needs Hopper.
+FLASH_EFFICIENCY = {("flash2", "A100"): (0.65, 0.55), ("flash2", "H100"): (0.35, 0.30),
+                    ("flash2", "H200"): (0.35, 0.30), ("flash3", "H100"): (0.62, 0.48),
+                    ("flash3", "H200"): (0.62, 0.48)}
 
 
 def _pos(name: str, v: int) -> None:
@@ -131,16 +135,17 @@ class LayerTime:
         return self.gemm_b + self.attention_b + self.elementwise_b
 
 
-def _family(gpu: GPU) -> str:
-    for key in FLASH_EFFICIENCY:
-        if key in gpu.name:
-            return key
-    raise ValueError(f"no flash-attention efficiency for {gpu.name}: add it to "
-                     "tpp.costs.compute.FLASH_EFFICIENCY or use attention='eager'")
+def flash_efficiency(kernel: str, gpu: GPU) -> tuple[float, float]:
+    """(forward, backward) share of peak of flash kernel ``kernel`` on ``gpu``."""
+    for (k, fam), eff in FLASH_EFFICIENCY.items():
+        if k == kernel and fam in gpu.name:
+            return eff
+    raise ValueError(f"no {kernel} efficiency for {gpu.name} in "
+                     "tpp.costs.compute.FLASH_EFFICIENCY: use attention='flash2' or 'eager'")
 
 
 def layer_time(model: ModelConfig, b: int, s: int, t: int, gpu: GPU, *, sp: bool = True,
-               attention: str = "flash", cp: int = 1) -> LayerTime:
+               attention: str = "flash2", cp: int = 1) -> LayerTime:
     """Forward and backward seconds of one layer for ``b`` sequences of ``s`` tokens, on one
     rank of a TP group of ``t`` (and a CP group of ``cp``: ``s / cp`` query tokens per rank,
     attending to all ``s``). Backward GEMMs: the input gradient ``(m, k, n)`` and the weight
@@ -158,8 +163,8 @@ def layer_time(model: ModelConfig, b: int, s: int, t: int, gpu: GPU, *, sp: bool
         gf += gemm_time(m, n, k, gpu)
         gb += gemm_time(m, k, n, gpu) + gemm_time(k, n, m, gpu)
     heads, dh = model.n_heads // t, model.d_head
-    if attention == "flash":
-        ef, eb = FLASH_EFFICIENCY[_family(gpu)]
+    if attention != "eager":
+        ef, eb = flash_efficiency(attention, gpu)
         fl = 0.5 * 4 * b * sq * s * heads * dh  # the causal half of QK^T and PV
         af = fl / (ef * gpu.peak_flops_bf16) + KERNEL_LAUNCH
         ab = 2.5 * fl / (eb * gpu.peak_flops_bf16) + KERNEL_LAUNCH

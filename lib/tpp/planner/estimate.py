@@ -122,6 +122,16 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     return p
 
 
+@lru_cache(maxsize=4096)
+def _layer_time(model, b, s, t, dev, sp, att, cp):
+    return ccomp.layer_time(model, b, s, t, dev, sp=sp, attention=att, cp=cp)
+
+
+@lru_cache(maxsize=4096)
+def _head_time(model, b, s, t, dev):
+    return ccomp.head_time(model, b, s, t, dev)
+
+
 def _hsdp_shard(lay: Layout, gpus_per_node: int) -> int:
     """Ranks of one HSDP shard group: the DP x CP ranks inside one node (TP fastest)."""
     return max(1, min(lay.dp * lay.cp, gpus_per_node // lay.tp))
@@ -198,7 +208,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
     sequences. Compute is timed kernel by kernel (:mod:`tpp.costs.compute`: each GEMM from its
-    shape, flash or ``attention="eager"`` attention, element-wise work from its bytes);
+    shape, FlashAttention-2 (default), ``"flash3"`` or ``"eager"`` attention, element-wise
+    work from its bytes);
     ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
     ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
     ``gpu`` a
@@ -224,8 +235,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if mfu is not None and not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
     if attention not in (None, *ccomp.ATTENTION):
-        raise ValueError(f"attention={attention!r}: use 'flash' (fused, no s x s scores) or "
-                         "'eager' (scores materialised)")
+        raise ValueError(f"attention={attention!r}: use 'flash2' or 'flash3' (fused, no s x s "
+                         "scores) or 'eager' (scores materialised)")
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -253,7 +264,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
     sp = t > 1 and lay.sp
-    att = attention or "flash"
+    att = attention or "flash2"
     if mfu is not None:  # the old flat-MFU model, on request
         peak = dev.peak_flops_bf16 * mfu
         f_l = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp) / peak
@@ -263,12 +274,12 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         hf = 2 * b * seq_len * h * V / (t * lay.cp) / peak
         hb = 2 * hf
     else:
-        lt = ccomp.layer_time(model, b, seq_len, t, dev, sp=sp, attention=att, cp=lay.cp)
+        lt = _layer_time(model, b, seq_len, t, dev, sp, att, lay.cp)
         f_l = lt.forward
         b_l = lt.backward + {"none": 0.0, "full": lt.forward,
                              "selective": lt.attention_f if att == "eager" else 0.0
                              }[lay.recompute]
-        hf, hb = ccomp.head_time(model, b, s, t, dev)
+        hf, hb = _head_time(model, b, s, t, dev)
     tp_bw = intra.bus_bandwidth
     tp_f = ctp.tp_comm_time(b, s, h, t, tp_bw, intra.latency, 1, "forward",
                             sp) if t > 1 else 0.0
