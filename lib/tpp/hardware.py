@@ -164,6 +164,13 @@ LINKS: dict[str, Link] = {
         "InfiniBand NDR: 400 Gb/s per port per direction = 50 GB/s (NVIDIA ConnectX-7; DGX H100 "
         "has one 400 Gb/s port per GPU)", _LAT_NET,
     ),
+    "opa_100_x4_per_node": Link(
+        "Omni-Path 100 Gb/s, 4 ports per 8-GPU node", gbit_per_s(50), 2 * gbit_per_s(50), 10e-6,
+        "inter-node",
+        "Jean Zay as described by Scao et al. 2022 (BLOOM, arXiv:2211.05100, Sec. 3.4.1): 8 "
+        "A100 per node and 4 Omni-Path 100 Gb/s links per node = 50 Gb/s = 6.25 GB/s per GPU",
+        _LAT_NET,
+    ),
     "eth_100g": Link(
         "Ethernet 100GbE", gbit_per_s(100), 2 * gbit_per_s(100), 10e-6, "inter-node",
         "IEEE 802.3ba: 100 Gb/s per direction = 12.5 GB/s", _LAT_NET,

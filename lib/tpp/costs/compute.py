@@ -29,8 +29,8 @@ from tpp.hardware import GPU
 from tpp.models import ModelConfig
 
 __all__ = ["ATTENTION", "FLASH_EFFICIENCY", "KERNEL_LAUNCH", "TILES", "LayerTime",
-           "flash_efficiency", "gemm_time", "elementwise_bytes", "layer_gemms", "layer_time", "head_time",
-           "optimizer_step_time"]
+           "flash_efficiency", "gemm_time", "elementwise_bytes", "layer_gemms", "layer_time",
+           "head_time", "optimizer_step_time"]
 
 ATTENTION = ("flash2", "flash3", "eager")
 #: output tiles (rows x columns) cuBLAS/CUTLASS choose from for large bf16 GEMMs (NVIDIA

@@ -37,6 +37,8 @@ class Published:
     #: reduction overlaps the backward
     attention: str = "flash2"
     dp_overlap: bool = True
+    #: the network between nodes (None: :func:`tpp.planner.default_inter_link`)
+    inter_link: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -124,3 +126,24 @@ def published(key: str) -> Published:
     if key not in PUBLISHED:
         raise ValueError(f"unknown published layout {key!r}: use one of {', '.join(PUBLISHED)}")
     return PUBLISHED[key]
+
+#: BLOOM 176B (Scao et al. 2022, arXiv:2211.05100, Sec. 3.4 and Table 1): 70 layers, h=14336,
+#: 112 heads, vocab 250,880, GELU, LayerNorm, biases, tied embeddings, ALiBi (no learned
+#: positions); trained on 384 A100 80GB (48 nodes of 8) with TP 4, PP 12, DP 8, ZeRO-1,
+#: sequence 2048, global batch 2048, microbatch 2; "156 TFLOPs in our fastest configuration".
+_models.MODELS.setdefault("bloom_176b", _models.ModelConfig(
+    "BLOOM 176B", 70, 14336, 112, 112, 4 * 14336, 250880, 176e9,
+    "Scao et al. 2022 (BLOOM, arXiv:2211.05100), Table 1: 70 layers, h=14336, 112 heads, "
+    "d_ff=4h, vocab 250880, ALiBi", mlp="gelu", norm="layernorm", bias=True,
+    tied_embeddings=True))
+PUBLISHED["bloom_176b"] = Published(
+    "bloom_176b", "bloom_176b", "a100_sxm_80gb",
+    Layout(tp=4, pp=12, dp=8, microbatch_size=2, zero=1, recompute="full", sp=False), 2048,
+    2048, "156 TFLOP/s per GPU",
+    "Scao et al. 2022 (arXiv:2211.05100), Sec. 3.4 (Megatron-DeepSpeed, 384 A100 80GB, 8 per "
+    "node, 4 x 100 Gb/s Omni-Path per node (Jean Zay))",
+    "full activation recomputation (Megatron-DeepSpeed's checkpoint-activations, counted in "
+    "its TFLOP/s as Narayanan's 96 B s l h^2 formula), eager fused-softmax attention, gradient "
+    "reduction after the pipeline flush",
+    measured=156.0, metric="hfu", attention="eager", dp_overlap=False,
+    inter_link="opa_100_x4_per_node")
