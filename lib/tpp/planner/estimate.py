@@ -38,6 +38,7 @@ from tpp.costs import zero as czero
 from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
+from tpp.planner.exposed import dp_cost
 from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
@@ -321,20 +322,31 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     est.memory_bytes, est.heaviest_rank, est.memory = best
     # -- data parallelism ----------------------------------------------------------------------
     r = est.heaviest_rank
-    per_mb_b = sum(t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-    per_mb_f = sum(t_f[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-    units = est.layers[r] + (r == 0) + (r == P - 1)
-    dp_time, after = _dp_times(lay, params[r], M, units, gpus_per_node, intra, inter)
-    if not dp_overlap:
-        window = 0.0
-    else:
-        window = {0: per_mb_b, 1: per_mb_b, 2: M * per_mb_b,
-                  3: M * (per_mb_f + per_mb_b)}[lay.zero]
-    dp_exposed = after + max(0.0, dp_time - after - window)
+    mine = [c for c in range(len(chunks)) if chunk_rank(c, P) == r]
+    lf = [t_f[c] / chunks[c] for c in mine for _ in range(chunks[c])]
+    lb = [t_b[c] / chunks[c] for c in mine for _ in range(chunks[c])]
+    nbytes = [2 * layer_p] * len(lf)
+    nbytes[0] += 2 * (first if r == 0 else 0)
+    nbytes[-1] += 2 * (params[r] - layer_p * len(lf) - (first if r == 0 else 0))
     opt = ccomp.optimizer_step_time(-(-params[r] // (shard_n if lay.zero else 1)), dev)
+    if lay.hsdp:  # ZeRO-3 inside the node, then one all-reduce of the shard across nodes
+        dp_exposed, dp_time = dp_cost(lf, lb, M, 3, shard_n, nbytes, intra, "nvlink",
+                                      dp_overlap)
+        reps = lay.dp * lay.cp // shard_n
+        if reps > 1:
+            ar, _ = _dp_times(Layout(dp=reps), -(-params[r] // shard_n), 1, len(lf),
+                              gpus_per_node, inter, inter)
+            dp_time += ar
+            dp_exposed += max(0.0, ar - (sum(lb) if dp_overlap else 0.0))
+    else:
+        dp_link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
+        dp_exposed, dp_time = dp_cost(lf, lb, M, lay.zero, lay.dp * lay.cp, nbytes, dp_link,
+                                      "nic" if dp_link is inter else "nvlink", dp_overlap)
     compute = max(busy)
     est.time = {"compute": compute, "pipeline_bubble": makespan - compute,
                 "dp_total": dp_time, "dp_exposed": dp_exposed, "optimizer": opt}
+    # the timeline's DP cost is measured against its own compute, which includes the
+    # optimizer step; the step adds the optimizer once
     est.step_time = makespan + dp_exposed + opt
     est.model_flops_per_step = global_batch * (
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
