@@ -52,7 +52,8 @@ def compare_published(keys: list[str] | None = None, **evaluate_kw) -> list[Comp
             raise ValueError(f"unknown published run {key!r}: use one of {', '.join(PUBLISHED)}")
         pub = PUBLISHED[key]
         kw = dict(gpu=pub.gpu, seq_len=pub.seq_len, global_batch=pub.global_batch,
-                  attention=pub.attention, dp_overlap=pub.dp_overlap,
+                  attention_kernel=pub.attention, dp_overlap=pub.dp_overlap,
+                  attention="eager" if pub.attention == "eager" else "flash",
                   inter_link=pub.inter_link)
         kw.update(evaluate_kw)
         est = evaluate(models.model(pub.model), pub.layout, **kw)

@@ -5,9 +5,18 @@ Every term comes from a module that owns it:
 * weights, gradients, optimizer states: :func:`tpp.costs.zero.model_state_terms` on the
   parameters one rank holds (:func:`tpp.costs.memory.layer_params_per_rank` per layer; the
   vocabulary-parallel embedding and LM head split ``TP`` ways), ZeRO sharding over DP x CP;
-* activations: :func:`tpp.costs.memory.activation_bytes_per_layer` (Korthikanti et al. 2022, with
-  sequence parallelism when TP > 1, the sequence split ``CP`` ways), times the activation sets a
-  rank holds at its peak, read from the simulated schedule (:mod:`tpp.pipeline`);
+  optimizer states in :func:`tpp.costs.zero.adam_state_bytes` per parameter (``moment_dtype``,
+  ``master_weights``), gradients in ``grad_bytes``;
+* activations: :func:`tpp.costs.memory.model_activation_terms` (Korthikanti et al. 2022
+  generalised: the model's attention implementation, MLP kind and dropout, sequence parallelism
+  on by default when TP > 1, the sequence split ``CP`` ways), weighted by the layers of each
+  activation set a rank holds, at its peak, read from the simulated schedule
+  (:meth:`tpp.pipeline.simulate.SimResult.peak_activation_bytes`, exact with uneven chunks);
+  under full recomputation one layer's activations are re-materialised during its backward;
+* ZeRO-3 gathered parameters: :func:`tpp.costs.zero.zero3_gather_buffer_bytes` over the rank's
+  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
+* a runtime reserve (CUDA context, NCCL buffers, allocator fragmentation):
+  :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
 * compute: :func:`tpp.costs.flops.training_flops_per_layer` at a stated MFU;
 * TP collectives (:func:`tpp.costs.tp.tp_comm_time`) and CP all-gathers
   (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's forward/backward time;
@@ -19,8 +28,8 @@ Every term comes from a module that owns it:
   overlap with the backward (the last microbatch's, or every microbatch's for stages 2-3),
   ZeRO-3's all-gathers with compute; the weight all-gather after the update (stages 1-2) is exposed.
 
-Not modelled: the optimizer step's own time, kernel launch gaps, link contention between axes,
-the memory allocator's fragmentation. Memory is compared with the full capacity of the GPU.
+Not modelled: the optimizer step's own time, kernel launch gaps, link contention between axes.
+Memory, the runtime reserve included, is compared with the full capacity of the GPU.
 """
 
 from __future__ import annotations
@@ -173,15 +182,20 @@ def _dp_times(lay: Layout, n_params: int, M: int, units: int, gpus_per_node: int
     return total, after
 
 
-def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
+def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
+              chunks: tuple | None = None):
     sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
     res = simulate(sched, t_f=list(t_f), t_b=list(t_b), p2p_latency=transfer)
-    return res.makespan, res.busy, res.peak_inflight
+    layers = res.peak_activation_bytes(list(chunks)) if chunks else None
+    return res.makespan, res.busy, res.peak_inflight, layers
 
 
 @lru_cache(maxsize=4096)
-def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
-    """Makespan, busy time per rank and peak in-flight activation sets per rank (cached).
+def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
+              chunks: tuple | None = None):
+    """Makespan, busy time per rank, peak in-flight activation sets per rank and (with the
+    layers of each chunk, ``chunks``) the peak of the layers' activations a rank holds at once,
+    each set weighed by its own chunk (cached).
 
     Past ``M = 6 P`` both schedules are in their steady state (with uneven stages the
     interleaved one needs about four groups of ``P`` to settle): one more group of ``P``
@@ -191,26 +205,30 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
     """
     if pp == 1:
         busy = m * (t_f[0] + t_b[0])
-        return busy, [busy], [1]
+        return busy, [busy], [1], ([sum(chunks)] if chunks else None)
     if m <= 6 * pp:
-        return _simulate(pp, m, v, t_f, t_b, transfer)
-    t5, _, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
-    t6, busy6, peak6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer)
+        return _simulate(pp, m, v, t_f, t_b, transfer, chunks)
+    t5, _, _, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
+    t6, busy6, peak6, layers6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer, chunks)
     makespan = t6 + (t6 - t5) * (m - 6 * pp) / pp
-    return makespan, [b * m / (6 * pp) for b in busy6], peak6
+    return makespan, [b * m / (6 * pp) for b in busy6], peak6, layers6
 
 
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              gpus_per_node: int = 8, seq_len: int, global_batch: int,
-             mfu: float | None = None, attention: str | None = None, dp_overlap: bool = True,
-             inter_link: str | None = None, gpus: int | None = None,
-             time_bound: float | None = None) -> Estimate:
+             mfu: float | None = None, attention_kernel: str | None = None,
+             dp_overlap: bool = True, inter_link: str | None = None, gpus: int | None = None,
+             time_bound: float | None = None, attention: str | None = None,
+             dropout: bool | None = None, sequence_parallel: bool | None = None,
+             moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
+             zero3_prefetch: int = 2, runtime_reserve: bool = True) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
     sequences. Compute is timed kernel by kernel (:mod:`tpp.costs.compute`: each GEMM from its
-    shape, FlashAttention-2 (default), ``"flash3"`` or ``"eager"`` attention, element-wise
-    work from its bytes);
+    shape; ``attention_kernel`` "flash2" (FlashAttention-2, the default with flash attention),
+    "flash3" or "eager" (the default with ``attention="eager"``); element-wise work from its
+    bytes);
     ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
     ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
     ``gpu`` a
@@ -220,6 +238,13 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     bound of the step time, exceeds it, stop before simulating the pipeline and return an
     estimate with ``step_time=None``, that bound in ``time["compute_lower_bound"]`` and the
     reason in ``problems`` (the search uses it to skip layouts that cannot win).
+
+    Memory options: ``attention`` ("flash" / "eager") and ``dropout`` default to the model's
+    recipe (``model.attention``, ``model.dropout``); ``sequence_parallel`` defaults to on when
+    TP > 1; ``moment_dtype`` ("fp32" / "bf16") and ``master_weights`` set the optimizer bytes
+    (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
+    Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
+    ``runtime_reserve=False`` drops the CUDA-context / NCCL / fragmentation reserve.
     """
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
@@ -235,9 +260,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
                          f"{gpus}: change a degree so the product is {gpus}")
     if mfu is not None and not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
-    if attention not in (None, *ccomp.ATTENTION):
-        raise ValueError(f"attention={attention!r}: use 'flash2' or 'flash3' (fused, no s x s "
-                         "scores) or 'eager' (scores materialised)")
+    if attention_kernel not in (None, *ccomp.ATTENTION):
+        raise ValueError(f"attention_kernel={attention_kernel!r}: use 'flash2' or 'flash3' "
+                         "(fused, no s x s scores) or 'eager' (scores materialised)")
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -264,8 +289,15 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     params[0] += first
     params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
-    sp = t > 1 and lay.sp
-    att = attention or "flash2"
+    if sequence_parallel is not None and not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel={sequence_parallel!r} must be True, False or None "
+                         "(None: the layout's sp, on by default when TP > 1)")
+    sp = t > 1 and (lay.sp if sequence_parallel is None else sequence_parallel)
+    mem_att = attention or model.attention
+    att = attention_kernel or ("eager" if mem_att == "eager" else "flash2")
+    if (att == "eager") != (mem_att == "eager"):
+        raise ValueError(f"attention_kernel={att!r} with attention={mem_att!r}: a flash kernel "
+                         "keeps no s x s scores and an eager one does; make them agree")
     if mfu is not None:  # the old flat-MFU model, on request
         peak = dev.peak_flops_bf16 * mfu
         f_l = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp) / peak
@@ -304,18 +336,35 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     boundary = b * s * h * 2 // t  # scatter-gather: each TP rank sends 1/t (Narayanan 2021)
     transfer = alpha_beta_time("send", boundary, 2, pp_link.bus_bandwidth, pp_link.latency) \
         if P > 1 else 0.0
-    makespan, busy, inflight = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer)
+    makespan, busy, inflight, held_layers = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer,
+                                                      tuple(chunks))
     # -- memory of each pipeline rank ----------------------------------------------------------
-    act_layer = cmem.activation_bytes_per_layer(
-        s, b, h, model.n_heads, t, sp, lay.recompute, model.d_ff, model.n_kv_heads)
+    recipe = {"attention": attention, "dropout": dropout}
+    act_layer = sum(cmem.model_activation_terms(model, s, b, t, sp, lay.recompute,
+                                                **recipe).values())
+    # full recomputation re-materialises one layer's activations during its backward
+    rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
+                                                      **recipe).values())
+                      if lay.recompute == "full" else 0)
+    optimizer_bytes = czero.adam_state_bytes(moment_dtype, master_weights)
+    communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
     shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
     best = None
     for r in range(P):
-        terms = czero.model_state_terms(params[r], shard_n, lay.zero)
-        per_chunk = max(chunks[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-        terms["activations"] = inflight[r] * per_chunk * act_layer
+        terms = czero.model_state_terms(params[r], shard_n, lay.zero,
+                                        grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+        terms["activations"] = held_layers[r] * act_layer
+        terms["recompute_buffer"] = rematerialised
         terms["logits"] = 4 * b * s * -(-V // t) if r == P - 1 else 0
-        terms["zero3_gathered"] = 2 * 2 * layer_p if lay.zero == 3 else 0
+        units = [layer_p] if est.layers[r] else []
+        units += [first] if r == 0 else []
+        units += [last - model.norm_params] if r == P - 1 and (
+            P > 1 or not model.tied_embeddings) else []
+        terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
+            units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
+        allocated = sum(terms.values())
+        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(allocated, communicators)
+                                    if runtime_reserve else 0)
         total = sum(terms.values())
         if best is None or total > best[0]:
             best = (total, r, terms)

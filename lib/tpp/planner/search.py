@@ -52,10 +52,11 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
 
 def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node: int = 8,
          seq_len: int, global_batch: int, top: int = 10, mfu: float | None = None,
-         attention: str | None = None, inter_link: str | None = None,
+         inter_link: str | None = None, evaluate_kw: dict | None = None,
          **space) -> list[Estimate]:
     """The ``top`` fitting layouts of ``model`` on ``gpus`` GPUs, fastest step first.
 
+    ``evaluate_kw``: further options of :func:`evaluate` (memory recipe, attention kernel...).
     ``space`` narrows or widens the search (``cps``, ``virtuals``, ``microbatch_sizes``,
     ``zeros``, ``recomputes``, ``hsdps``; see :func:`candidate_layouts`). Raises
     ``ValueError`` when no layout fits, saying the smallest memory any layout needs.
@@ -73,7 +74,7 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     fitting: list[Estimate] = []
     least = None
     kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
-              mfu=mfu, attention=attention, inter_link=inter_link)
+              mfu=mfu, inter_link=inter_link, **(evaluate_kw or {}))
     ranked = []
     for lay in cands:
         # model states alone are a lower bound on memory: skip hopeless layouts early
