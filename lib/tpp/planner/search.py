@@ -27,7 +27,8 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
                       microbatch_sizes: tuple[int, ...] = (1, 2, 4),
                       zeros: tuple[int, ...] = (0, 1, 2, 3),
                       recomputes: tuple[str, ...] = RECOMPUTE,
-                      hsdps: tuple[bool, ...] = (False, True)) -> list[Layout]:
+                      hsdps: tuple[bool, ...] = (False, True),
+                      sps: tuple[bool, ...] = (True,)) -> list[Layout]:
     """Every layout on exactly ``gpus`` GPUs that breaks none of the structural rules."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"gpus={gpus!r} must be an int >= 1")
@@ -44,8 +45,9 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
                         if _structure_problems(model, base, gpus_per_node, seq_len,
                                                global_batch):
                             continue
-                        out += [Layout(tp, pp, dp, cp, v, b, z, rc, hsdp=hs)
+                        out += [Layout(tp, pp, dp, cp, v, b, z, rc, sp=q, hsdp=hs)
                                 for z in zeros for rc in recomputes for hs in hsdps
+                                for q in (sps if tp > 1 else (True,))
                                 if not hs or (z == 3 and dp * cp > 1)]
     return out
 
@@ -58,7 +60,7 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
 
     ``evaluate_kw``: further options of :func:`evaluate` (memory recipe, attention kernel...).
     ``space`` narrows or widens the search (``cps``, ``virtuals``, ``microbatch_sizes``,
-    ``zeros``, ``recomputes``, ``hsdps``; see :func:`candidate_layouts`). Raises
+    ``zeros``, ``recomputes``, ``hsdps``, ``sps``; see :func:`candidate_layouts`). Raises
     ``ValueError`` when no layout fits, saying the smallest memory any layout needs.
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
