@@ -17,18 +17,23 @@ Every term comes from a module that owns it:
   FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
 * a runtime reserve (CUDA context, NCCL buffers, allocator fragmentation):
   :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
-* compute: :func:`tpp.costs.flops.training_flops_per_layer` at a stated MFU;
-* TP collectives (:func:`tpp.costs.tp.tp_comm_time`) and CP all-gathers
-  (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's forward/backward time;
+* compute: :func:`tpp.costs.compute.layer_time`, kernel by kernel (GEMMs from their shapes at
+  the GPU's measured matmul rate with wave quantization, flash or eager attention, element-wise
+  work from its bytes), :func:`tpp.costs.compute.head_time` for the LM head and
+  :func:`tpp.costs.compute.optimizer_step_time`; ``mfu=`` replaces it with the flat model
+  (:func:`tpp.costs.flops.training_flops_per_layer` at that share of peak);
+* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, blocking, at the link's bus bandwidth)
+  and CP all-gathers (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's
+  forward/backward time;
 * the pipeline's makespan, bubble included, is the event simulation of the schedule
   (:func:`tpp.pipeline.simulate`) with those per-stage times and the boundary transfers;
-* DP/ZeRO bytes: :func:`tpp.costs.zero.dp_bytes_per_rank`, one ring collective per layer (an
-  FSDP unit or DDP bucket), each paying ``ring_steps x alpha`` (a ring at thousands of ranks is
-  latency-bound: NCCL switches to trees there, so this is pessimistic); gradient reductions
-  overlap with the backward (the last microbatch's, or every microbatch's for stages 2-3),
-  ZeRO-3's all-gathers with compute; the weight all-gather after the update (stages 1-2) is exposed.
+* DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.overlap`
+  (:func:`tpp.planner.exposed.dp_cost`): gradient buckets behind the backward, FSDP gathers
+  prefetched, the distributed optimizer's gathers behind the next forward, compute slowed while
+  NCCL holds SMs; what the compute stream waits for, plus that slowdown, is added to the step.
 
-Not modelled: the optimizer step's own time, kernel launch gaps, link contention between axes.
+Not modelled: clock throttling, stragglers, kernel-launch gaps beyond a fixed cost per kernel,
+contention between PP and DP traffic on the NIC (the pipeline is simulated apart).
 Memory, the runtime reserve included, is compared with the full capacity of the GPU.
 """
 
@@ -221,7 +226,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              time_bound: float | None = None, attention: str | None = None,
              dropout: bool | None = None, sequence_parallel: bool | None = None,
              moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
-             zero3_prefetch: int = 2, runtime_reserve: bool = True) -> Estimate:
+             zero3_prefetch: int = 2, runtime_reserve: bool = True,
+             memory_first: bool = False) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
@@ -245,6 +251,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
     Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
     ``runtime_reserve=False`` drops the CUDA-context / NCCL / fragmentation reserve.
+    ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
+    timeline (``step_time=None``; the search uses it).
     """
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
@@ -369,8 +377,11 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         if best is None or total > best[0]:
             best = (total, r, terms)
     est.memory_bytes, est.heaviest_rank, est.memory = best
-    # -- data parallelism ----------------------------------------------------------------------
     r = est.heaviest_rank
+    if memory_first and est.memory_bytes > dev.memory:
+        est.problems.append(_over(est.memory_bytes, r, dev))
+        return est
+    # -- data parallelism ----------------------------------------------------------------------
     mine = [c for c in range(len(chunks)) if chunk_rank(c, P) == r]
     lf = [t_f[c] / chunks[c] for c in mine for _ in range(chunks[c])]
     lb = [t_b[c] / chunks[c] for c in mine for _ in range(chunks[c])]
@@ -401,8 +412,12 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
         + 3 * 2 * seq_len * h * V)
     if est.memory_bytes > dev.memory:
-        est.problems.append(f"needs {est.memory_bytes / 1e9:.1f} GB per GPU on pipeline rank "
-                            f"{r}, {(est.memory_bytes - dev.memory) / 1e9:.1f} GB over the "
-                            f"{dev.memory / 1e9:.0f} GB of a {dev.name}")
+        est.problems.append(_over(est.memory_bytes, r, dev))
     est.fits = not est.problems
     return est
+
+
+def _over(need: int, r: int, dev: hardware.GPU) -> str:
+    return (f"needs {need / 1e9:.1f} GB per GPU on pipeline rank {r}, "
+            f"{(need - dev.memory) / 1e9:.1f} GB over the {dev.memory / 1e9:.0f} GB of a "
+            f"{dev.name}")

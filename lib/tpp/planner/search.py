@@ -91,7 +91,7 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     for bound, _, lay in ranked:  # branch and bound: compute time is a lower bound
         if len(fitting) >= top and bound > fitting[top - 1].step_time:
             break
-        est = evaluate(model, lay, **kw)
+        est = evaluate(model, lay, memory_first=True, **kw)
         if est.fits:
             fitting.append(est)
             fitting.sort(key=lambda e: (e.step_time, e.memory_bytes))
