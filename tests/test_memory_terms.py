@@ -197,11 +197,12 @@ def test_zero3_buffer_is_the_largest_unit_times_prefetch():
 
 
 def test_79_of_80_gb_does_not_fit_with_the_reserve():
-    parts = memory.runtime_reserve_terms(79 * 10**9, communicators=2)
+    parts = memory.runtime_reserve_terms(0, communicators=2)   # even with nothing transient
     assert set(parts) == {"cuda_context", "nccl_buffers", "fragmentation"}
     assert 79 * 10**9 + sum(parts.values()) > 80 * 10**9
     assert parts["nccl_buffers"] == 2 * memory.runtime_reserve_terms(0, 1)["nccl_buffers"]
     assert memory.runtime_reserve_terms(10**9, 0, fragmentation=0)["fragmentation"] == 0
+    assert memory.runtime_reserve_terms(10**9, 0)["fragmentation"] == 5 * 10**7  # Megatron 1.05
 
 
 # ---- exact in-flight bytes with uneven chunks ---------------------------------------------------
@@ -258,7 +259,7 @@ def test_planner_memory_options():
     (lambda: memory.model_activation_terms("llama3_8b", 8), "ModelConfig"),
     (lambda: memory.model_activation_terms(models.model("llama3_8b"), 8, sp=1),
      "True, False or None"),
-    (lambda: memory.runtime_reserve_terms(-1), "allocated=-1 must be an int >= 0"),
+    (lambda: memory.runtime_reserve_terms(-1), "transient=-1 must be an int >= 0"),
     (lambda: memory.runtime_reserve_terms(1, fragmentation=1), r"share in \[0, 1\)"),
     (lambda: zero.adam_state_bytes("fp8"), "use 'fp32' or 'bf16'"),
     (lambda: zero.adam_state_bytes(master_weights="yes"), "master_weights='yes'"),

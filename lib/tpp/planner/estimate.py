@@ -282,8 +282,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
             P > 1 or not model.tied_embeddings) else []
         terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
             units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
-        allocated = sum(terms.values())
-        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(allocated, communicators)
+        transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
+                                            "zero3_gathered"))
+        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
                                     if runtime_reserve else 0)
         total = sum(terms.values())
         if best is None or total > best[0]:
