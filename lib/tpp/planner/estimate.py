@@ -162,6 +162,24 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
     return makespan, [b * m / (6 * pp) for b in busy6], peak6, layers6
 
 
+def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, master_weights,
+                          grad_bytes, zero3_prefetch, runtime_reserve) -> int:
+    """Validate :func:`evaluate`'s memory options; return the optimizer bytes per parameter."""
+    if attention is not None and attention not in cmem.ATTENTION:
+        raise ValueError(f"attention={attention!r}: use 'flash', 'eager' or None (the model's "
+                         "own recipe)")
+    for name, v in (("dropout", dropout), ("sequence_parallel", sequence_parallel)):
+        if v is not None and not isinstance(v, bool):
+            raise ValueError(f"{name}={v!r} must be True, False or None (None: the default, "
+                             "the model's recipe / SP on when TP > 1)")
+    if not isinstance(runtime_reserve, bool):
+        raise ValueError(f"runtime_reserve={runtime_reserve!r} must be True or False")
+    for name, v, low in (("grad_bytes", grad_bytes, 0), ("zero3_prefetch", zero3_prefetch, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name}={v!r} must be an int >= {low}")
+    return czero.adam_state_bytes(moment_dtype, master_weights)
+
+
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              gpus_per_node: int = 8, seq_len: int, global_batch: int, mfu: float = 0.4,
              inter_link: str | None = None, gpus: int | None = None,
@@ -201,6 +219,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
                          f"{gpus}: change a degree so the product is {gpus}")
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1]")
+    optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
+                                            master_weights, grad_bytes, zero3_prefetch,
+                                            runtime_reserve)
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -231,9 +252,6 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     f_layer = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp)
     tr_layer = cflops.training_flops_per_layer(model, b, seq_len, lay.recompute) / (t * lay.cp)
     f_head = 2 * b * seq_len * h * V / (t * lay.cp)
-    if sequence_parallel is not None and not isinstance(sequence_parallel, bool):
-        raise ValueError(f"sequence_parallel={sequence_parallel!r} must be True, False or None "
-                         "(None: on when TP > 1)")
     sp = t > 1 if sequence_parallel is None else (sequence_parallel and t > 1)
     tp_f = ctp.tp_comm_time(b, s, h, t, intra.bandwidth, intra.latency, 1, "forward", sp) \
         if t > 1 else 0.0
@@ -267,7 +285,6 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
                                                       **recipe).values())
                       if lay.recompute == "full" else 0)
-    optimizer_bytes = czero.adam_state_bytes(moment_dtype, master_weights)
     communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
     best = None
     for r in range(P):
