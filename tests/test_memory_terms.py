@@ -295,3 +295,18 @@ def test_per_stage_bytes_must_cover_every_stage():
         res.peak_activation_bytes([1, 2])
     with pytest.raises(ValueError, match="non-negative numbers of bytes"):
         res.peak_activation_bytes([1, -2, 3, 4])
+
+
+@pytest.mark.parametrize("pp, m, v", [(4, 40, 1), (8, 72, 2), (3, 60, 4), (16, 128, 4)])
+def test_planner_layer_weighted_peak_past_steady_state_equals_full_simulation(pp, m, v):
+    from tpp.planner import estimate
+
+    stages = pp * v
+    chunks = tuple(2 + (c % 3) for c in range(stages))          # uneven chunks
+    t_f = tuple(0.5 * n for n in chunks)
+    t_b = tuple(1.0 * n for n in chunks)
+    full = estimate._simulate(pp, m, v, t_f, t_b, 0.05, chunks)
+    fast = estimate._pipeline(pp, m, v, t_f, t_b, 0.05, chunks)
+    assert fast[3] == full[3]
+    assert all(full[3][r] <= full[2][r] * max(chunks[c] for c in range(stages) if c % pp == r)
+               for r in range(pp))
