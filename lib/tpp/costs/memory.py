@@ -283,9 +283,10 @@ def runtime_reserve_terms(
     * ``cuda_context``: the CUDA context and kernels of the process, "~700+ MB" as PyTorch's
       maintainers measure it (discuss.pytorch.org/t/high-gpu-memory-overhead/81330): 750 MiB.
     * ``nccl_buffers``: per communicator, NCCL's simple-protocol buffer ``DEFAULT_BUFFSIZE``
-      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring peer: with 32 channels
-      (NCCL's NVLink maximum) and two ring peers, 256 MiB; one communicator per parallel
-      dimension of degree > 1 (``communicators``).
+      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring connection; assuming 32
+      channels (our assumption for an NVLink node, not a measurement) and two ring
+      connections, 256 MiB; one communicator per parallel dimension of degree > 1
+      (``communicators``).
     * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
       step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
       caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's
