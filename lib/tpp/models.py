@@ -16,10 +16,11 @@ training run used) and ``dropout``.
 
 * Llama 2 / Llama 3: SwiGLU, GQA (except Llama 2 7B), no dropout, fused attention. LLaMA
   (Touvron et al. 2023a, arXiv:2302.13971, Sec. 2.4) trains with "an efficient implementation of
-  the causal multi-head attention" (xformers, with FlashAttention's backward) that does "not
-  store the attention weights"; Llama 2 keeps that pretraining setup (Touvron et al. 2023b,
-  Sec. 2.2) and Llama 3 its architecture up to GQA and the vocabulary (Dubey et al. 2024,
-  Sec. 3.2). Their configurations and reference code have no dropout.
+  the causal multi-head attention" (xformers, with FlashAttention's backward) that saves memory
+  "by not storing the attention weights"; Llama 2 keeps that pretraining setup (Touvron et
+  al. 2023b, Sec. 2.2) and Llama 3 its architecture up to GQA and the vocabulary (Dubey et al.
+  2024, Sec. 3.2). Neither paper lists dropout, and the reference model (meta-llama/llama
+  ``llama/model.py``, commit 0504cf44) has no dropout layer.
 * GPT-3 (Brown et al. 2020) and the Megatron GPT configs (Narayanan et al. 2021, Korthikanti
   et al. 2022): GELU, dropout 0.1 on the attention probabilities and hidden states (the defaults
   ``hidden_dropout = attention_dropout = 0.1`` of Megatron-LM's

@@ -13,9 +13,30 @@ Closed forms per layer (bytes), Korthikanti et al. 2022, eqs. (1)-(3) and Table 
 * full recomputation        ``2 s b h`` (only the layer input; ``/ t`` under SP)     Table 2
 
 :func:`activation_bytes_per_layer` generalises these to any ``d_ff`` and to GQA (``n_kv_heads``,
-with KV replication when ``t > n_kv_heads``); with ``d_ff = 4h`` and ``n_kv_heads = a`` it equals
-the paper's forms exactly. ``tpp.tensor_parallel.block`` counts the tensors its simulated layer
-keeps for backward and the tests assert the count equals these functions.
+with KV replication when ``t > n_kv_heads``), and to the training recipe: ``attention``
+("eager": the softmax materialised, the paper's ``5as/h``; "flash": only a log-sum-exp per row),
+``mlp`` ("gelu": two ``d_ff``-wide tensors; "swiglu": three) and ``dropout`` (masks or none);
+with ``d_ff = 4h``, ``n_kv_heads = a`` and the default recipe it equals the paper's forms
+exactly. :func:`model_activation_terms` takes the recipe from a :mod:`tpp.models` preset.
+``tpp.tensor_parallel.block`` (the GELU layer) and ``tpp.tensor_parallel.llama_block`` (every
+recipe) count the tensors their simulated layers keep for backward, and the tests assert the
+counts equal these functions. :func:`runtime_reserve_terms` states what a process holds beyond
+its tensors.
+
+Conventions against Megatron-LM's ``megatron/training/theoretical_memory_usage.py`` (commit
+d98e8a64ddf34856e74b24714e3bedb2f5a39553), term by term:
+
+* per-layer activations: Megatron ``sbh (18 + 4 d_ff/h) / t`` (SP + selective) and
+  ``sbh (10 + 24/t)`` (otherwise, i.e. no ``5as/h`` whatever the attention): a GELU MLP, MHA
+  and dropout masks always; ours follows the recipe (SwiGLU, GQA, flash, no dropout);
+* in-flight microbatches: Megatron multiplies by ``P`` (1F1B, or ``min(M, P)``) and by the
+  interleaving penalty ``1 + (P-1)/(P v)``; the planner reads the peak from the simulated
+  schedule, each set weighed by its own chunk (``tpp.pipeline.memory``);
+* embedding and output: Megatron adds ``8sbP`` (token ids) + ``sbhP`` (embedding dropout) on the
+  first stage and, with ``P = 1``, ``4sbh(1 + V/h)`` of output-layer input and fp32 logits; the
+  planner counts the fp32 logits ``4sbV/t`` on the last stage only;
+* overhead: Megatron multiplies the no-SP activations by 1.05; ours is the explicit
+  :func:`runtime_reserve_terms` (CUDA context, NCCL buffers, 5 % fragmentation).
 """
 
 from __future__ import annotations
@@ -253,7 +274,7 @@ FRAGMENTATION = Fraction(5, 100)
 
 
 def runtime_reserve_terms(
-    allocated: int, communicators: int = 1, *, cuda_context: int = CUDA_CONTEXT_BYTES,
+    transient: int, communicators: int = 1, *, cuda_context: int = CUDA_CONTEXT_BYTES,
     nccl_per_communicator: int = NCCL_COMMUNICATOR_BYTES,
     fragmentation: Fraction | float = FRAGMENTATION,
 ) -> dict[str, int]:
@@ -262,16 +283,20 @@ def runtime_reserve_terms(
     * ``cuda_context``: the CUDA context and kernels of the process, "~700+ MB" as PyTorch's
       maintainers measure it (discuss.pytorch.org/t/high-gpu-memory-overhead/81330): 750 MiB.
     * ``nccl_buffers``: per communicator, NCCL's simple-protocol buffer ``DEFAULT_BUFFSIZE``
-      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring peer: with 32 channels
-      (NCCL's NVLink maximum) and two ring peers, 256 MiB; one communicator per parallel
-      dimension of degree > 1 (``communicators``).
-    * ``fragmentation``: a share of the allocated bytes the caching allocator cannot reuse;
-      5 %, the overhead factor Megatron-LM's ``theoretical_memory_usage.py`` applies
-      (``overhead_factor = 1.05``, commit d98e8a64ddf34856e74b24714e3bedb2f5a39553).
+      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring connection; assuming 32
+      channels (our assumption for an NVLink node, not a measurement) and two ring
+      connections, 256 MiB; one communicator per parallel dimension of degree > 1
+      (``communicators``).
+    * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
+      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
+      caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's
+      ``theoretical_memory_usage.py`` applies to the activations (``overhead_factor = 1.05``,
+      commit d98e8a64ddf34856e74b24714e3bedb2f5a39553). Weights, gradients and optimizer
+      states are allocated once, in large flat buffers, and are not charged.
 
     Every part is a parameter, so a reader can put what their own cluster measures.
     """
-    for name, v in (("allocated", allocated), ("communicators", communicators),
+    for name, v in (("transient", transient), ("communicators", communicators),
                     ("cuda_context", cuda_context),
                     ("nccl_per_communicator", nccl_per_communicator)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -281,13 +306,13 @@ def runtime_reserve_terms(
         raise ValueError(f"fragmentation={fragmentation!r} must be a share in [0, 1), e.g. 0.05")
     return {"cuda_context": cuda_context,
             "nccl_buffers": communicators * nccl_per_communicator,
-            "fragmentation": int(-(-(frag * allocated).numerator
-                                   // (frag * allocated).denominator))}
+            "fragmentation": int(-(-(frag * transient).numerator
+                                   // (frag * transient).denominator))}
 
 
-def runtime_reserve_bytes(allocated: int, communicators: int = 1, **kwargs) -> int:
+def runtime_reserve_bytes(transient: int, communicators: int = 1, **kwargs) -> int:
     """Sum of :func:`runtime_reserve_terms`."""
-    return sum(runtime_reserve_terms(allocated, communicators, **kwargs).values())
+    return sum(runtime_reserve_terms(transient, communicators, **kwargs).values())
 
 
 def layer_params_per_rank(model: ModelConfig, t: int = 1, replicate_kv: bool = False) -> int:

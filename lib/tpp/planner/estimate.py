@@ -219,6 +219,24 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
     return makespan, [b * m / (6 * pp) for b in busy6], peak6, layers6
 
 
+def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, master_weights,
+                          grad_bytes, zero3_prefetch, runtime_reserve) -> int:
+    """Validate :func:`evaluate`'s memory options; return the optimizer bytes per parameter."""
+    if attention is not None and attention not in cmem.ATTENTION:
+        raise ValueError(f"attention={attention!r}: use 'flash', 'eager' or None (the model's "
+                         "own recipe)")
+    for name, v in (("dropout", dropout), ("sequence_parallel", sequence_parallel)):
+        if v is not None and not isinstance(v, bool):
+            raise ValueError(f"{name}={v!r} must be True, False or None (None: the default, "
+                             "the model's recipe / SP on when TP > 1)")
+    if not isinstance(runtime_reserve, bool):
+        raise ValueError(f"runtime_reserve={runtime_reserve!r} must be True or False")
+    for name, v, low in (("grad_bytes", grad_bytes, 0), ("zero3_prefetch", zero3_prefetch, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name}={v!r} must be an int >= {low}")
+    return czero.adam_state_bytes(moment_dtype, master_weights)
+
+
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              gpus_per_node: int = 8, seq_len: int, global_batch: int,
              mfu: float | None = None, attention_kernel: str | None = None,
@@ -271,6 +289,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if attention_kernel not in (None, *ccomp.ATTENTION):
         raise ValueError(f"attention_kernel={attention_kernel!r}: use 'flash2' or 'flash3' "
                          "(fused, no s x s scores) or 'eager' (scores materialised)")
+    optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
+                                            master_weights, grad_bytes, zero3_prefetch,
+                                            runtime_reserve)
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -297,9 +318,6 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     params[0] += first
     params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
-    if sequence_parallel is not None and not isinstance(sequence_parallel, bool):
-        raise ValueError(f"sequence_parallel={sequence_parallel!r} must be True, False or None "
-                         "(None: the layout's sp, on by default when TP > 1)")
     sp = t > 1 and (lay.sp if sequence_parallel is None else sequence_parallel)
     mem_att = attention or model.attention
     att = attention_kernel or ("eager" if mem_att == "eager" else "flash2")
@@ -354,7 +372,6 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
                                                       **recipe).values())
                       if lay.recompute == "full" else 0)
-    optimizer_bytes = czero.adam_state_bytes(moment_dtype, master_weights)
     communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
     shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
     best = None
@@ -370,8 +387,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
             P > 1 or not model.tied_embeddings) else []
         terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
             units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
-        allocated = sum(terms.values())
-        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(allocated, communicators)
+        transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
+                                            "zero3_gathered"))
+        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
                                     if runtime_reserve else 0)
         total = sum(terms.values())
         if best is None or total > best[0]:
