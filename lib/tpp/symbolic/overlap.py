@@ -30,6 +30,7 @@ step ``e_B`` and the exposed time ``e_B - L t_b`` (waiting plus the contention's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy as sp
 
@@ -55,6 +56,7 @@ class BucketedExposure:
     gap_link_bound: sp.Expr     # e_{j-1} - r_j (>= 0 is the regime's assumption)
 
 
+@lru_cache(maxsize=1)
 def derive_bucketed_exposure() -> BucketedExposure:
     """Solve the event recurrences of the module docstring; return both regimes and the joint
     step and exposed time, with ``B = L / k``."""
@@ -91,6 +93,10 @@ def exposed_numeric(n_layers: int, layers_per_bucket: int, tb: float, tc: float,
     if n_layers % layers_per_bucket:
         raise ValueError(f"layers_per_bucket={layers_per_bucket} must divide n_layers="
                          f"{n_layers} for the closed form (the timeline handles any split)")
-    expr = derive_bucketed_exposure().exposed
-    return float(expr.subs({L: n_layers, k: layers_per_bucket, t_b: tb, t_c: tc,
-                            sigma: contention}))
+    return float(_exposed_function()(n_layers, layers_per_bucket, tb, tc, contention))
+
+
+@lru_cache(maxsize=1)
+def _exposed_function():
+    """The derived exposed time as a plain Python function of ``(L, k, t_b, t_c, sigma)``."""
+    return sp.lambdify((L, k, t_b, t_c, sigma), derive_bucketed_exposure().exposed, "math")
