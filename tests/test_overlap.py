@@ -329,3 +329,27 @@ def test_rank_schedule_errors():
 def test_serial_total_is_finite_for_large_groups():
     tl = step_timeline([MS] * 3, [2 * MS] * 3, dp=DPTraffic(3, 1024, 10**8, NIC))
     assert math.isfinite(tl.step_time) and tl.comm["dp_param"] > 0
+
+
+def test_cp_ring_hides_behind_attention_unless_blocking():
+    L, tf, tb = 3, 2 * MS, 4 * MS
+    cf, cb = 0.3 * MS, 0.6 * MS
+    ring = step_timeline([tf] * L, [tb] * L, contention=0.0,
+                         cp=CPTraffic(cf, cb, NV, steps=3, share=0.5))
+    # each of the 3 ring steps (cf/3) is shorter than a quarter of the attention (tf/2/4)
+    assert ring.exposed["cp"] == pytest.approx(0, abs=1e-12)
+    assert ring.step_time == pytest.approx(L * (tf + tb))
+    block = step_timeline([tf] * L, [tb] * L, contention=0.0,
+                          cp=CPTraffic(cf, cb, NV, steps=3, share=0.5, overlap=False))
+    assert block.exposed["cp"] == pytest.approx(L * (cf + cb))
+
+
+def test_blocking_pp_sends_are_exposed_async_ones_are_not():
+    L, m = 2, 3
+    args = ([MS] * L, [2 * MS] * L)
+    blocking = step_timeline(*args, microbatches=m, contention=0.0,
+                             pp=PPTraffic(0.2 * MS, 0.3 * MS, NIC, overlap=False))
+    assert blocking.exposed["pp"] == pytest.approx(m * 0.5 * MS)
+    async_ = step_timeline(*args, microbatches=m, contention=0.0,
+                           pp=PPTraffic(0.2 * MS, 0.3 * MS, NIC))
+    assert async_.exposed["pp"] == pytest.approx(0.3 * MS)  # only the very last send waits
