@@ -9,6 +9,11 @@ for the whole collective, so while a collective overlaps a GEMM, the GEMM has fe
   displaced blocks ran in a second wave (NVIDIA developer forum, "Compute-Communication Overlap
   Causes Severe GEMM Performance Degradation because of Tail Effect", 2025,
   https://forums.developer.nvidia.com/t/337991).
+* Megatron-LM's ``nccl_ub`` option (NCCL user buffers, "SM efficient") lists the SMs its
+  all-gather / reduce-scatter then use: 4 / 5 inside NVLink, 16 / 16 across NVLink + IB without
+  SHARP, 1 / 4 over IB alone (NVIDIA/Megatron-LM, megatron/core/distributed/
+  distributed_data_parallel_config.py, commit 001199898c4badd01eaf0785c212d8ed7ce83042): the
+  SM-efficient path still takes 16 of 132 SMs (0.12) for a DP collective across nodes.
 * Across ML kernels on GPUs, concurrent computation and communication realised on average only
   21 % of the ideal speed-up (serial time versus the larger of the two isolated times), 42 % with
   stream priorities and compute-unit partitioning (Agrawal et al. 2024, "Optimizing ML

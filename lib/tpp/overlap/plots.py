@@ -26,13 +26,16 @@ def gantt(tl: StepTimeline, ax: Any = None, title: str | None = None) -> Any:
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.5 * len(streams) + 1.4))
     used = set()
+    span = float(tl.step_time) or 1.0
     for e in tl.events:
         if e.end <= e.start:
             continue
         y = streams.index(e.stream)
         stretched = e.stream == COMPUTE and (e.end - e.start) > e.op.duration * (1 + 1e-9)
         ax.barh(y, (e.end - e.start) * 1e3, left=e.start * 1e3, height=0.7,
-                color=COLORS.get(e.kind, "grey"), edgecolor="white", linewidth=0.5,
+                color=COLORS.get(e.kind, "grey"),
+                edgecolor="white" if (e.end - e.start) > 0.01 * span else "none",
+                linewidth=0.5,
                 hatch="//" if stretched else None)
         used.add(e.kind)
     ax.set_yticks(range(len(streams)), streams)

@@ -95,26 +95,42 @@ class _Program:
     def comm(self, name: str, link: str, dur, kind: str, deps=(), layer=None, mb=None) -> str:
         return self.add(Op(name, link, dur, kind, tuple(deps), 0.0, layer, mb))
 
-    def segment(self, name: str, dur, comm_dur, link: str, kind: str, chunked: bool,
+    def segment(self, name: str, dur, comm_dur, link: str | None, kind: str, mode: str,
                 steps: int, layer, mb, deps, release) -> None:
-        """A piece of a layer's compute with its own communication, blocking or chunked."""
+        """A piece of a layer's compute with its own communication.
+
+        ``mode="block"``: compute, then the collective, and the next compute waits for it.
+        ``"prefetch"`` (ring attention): the compute is cut into ``steps + 1`` chunks; chunk
+        ``c`` waits for transfer ``c - 1``, which ran during chunk ``c - 1`` (the first block
+        is local). ``"drain"`` (collective matmul / async TP, a reduce-scatter fed by matmul
+        chunks): ``steps`` chunks, each chunk's transfer runs during the next chunk, and the
+        next compute waits for the last transfer (it cannot hide).
+        """
         if comm_dur == 0 or link is None:
             self.compute(name, dur, layer, mb, deps, release)
-        elif not chunked or steps < 1:
+        elif mode == "block" or steps < 1:
             self.compute(name, dur, layer, mb, deps, release)
             self.pending = [self.comm(f"{name}.{kind}", link, comm_dur, kind,
                                       [name], layer, mb)]
-        else:
+        elif mode == "prefetch":
             before = [self.last_compute] if self.last_compute else []
             prev = None
-            for k in range(steps + 1):
+            for c in range(steps + 1):
                 c_deps = list(deps) + ([prev] if prev else [])
-                self.compute(f"{name}.c{k}", dur / (steps + 1), layer, mb, c_deps,
-                             release if k == 0 else 0.0)
-                if k < steps:
-                    prev = self.comm(f"{name}.{kind}{k}", link, comm_dur / steps, kind,
+                self.compute(f"{name}.c{c}", dur / (steps + 1), layer, mb, c_deps,
+                             release if c == 0 else 0.0)
+                if c < steps:
+                    prev = self.comm(f"{name}.{kind}{c}", link, comm_dur / steps, kind,
                                      before + ([prev] if prev else []), layer, mb)
                 deps = ()
+        else:  # drain
+            last = None
+            for c in range(steps):
+                cname = self.compute(f"{name}.c{c}", dur / steps, layer, mb,
+                                     deps if c == 0 else (), release if c == 0 else 0.0)
+                last = self.comm(f"{name}.{kind}{c}", link, comm_dur / steps, kind,
+                                 [cname], layer, mb)
+            self.pending = [last]
 
 
 def _check_times(name: str, ts) -> list:
@@ -263,12 +279,13 @@ def step_timeline(
             rel = release if k == 0 else 0.0
             tp_c = (tp.forward if p == "F" else tp.backward) if tp is not None else 0
             prog.segment(f"{p}{i}.mb{m}", t - t_cp, tp_c, tp.link.name if tp else None,
-                         "tp", bool(tp and tp.decomposed), tp.steps - 1 if tp else 0,
+                         "tp", "drain" if tp and tp.decomposed else "block",
+                         tp.steps if tp else 0,
                          i, m, deps, rel)
             if cp is not None:
                 cp_c = cp.forward if p == "F" else cp.backward
-                prog.segment(f"{p}{i}.mb{m}.attn", t_cp, cp_c, cp.link.name, "cp", cp.overlap,
-                             cp.steps, i, m, (), 0.0)
+                prog.segment(f"{p}{i}.mb{m}.attn", t_cp, cp_c, cp.link.name, "cp",
+                             "prefetch" if cp.overlap else "block", cp.steps, i, m, (), 0.0)
             end_of.append(prog.last_compute)
             if zero3 and p == "B" and dp.group_size > 1:
                 grads.append(prog.comm(f"RS{i}.mb{m}", dp.link.name,

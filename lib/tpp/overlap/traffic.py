@@ -153,9 +153,10 @@ class TPTraffic:
 
     ``decomposed=False``: the collectives block the layer (Megatron's default: exposed).
     ``decomposed=True``: collective matmul / async TP (Wang et al. 2023; PyTorch's async-TP,
-    TransformerEngine's userbuffers): each all-gather/reduce-scatter is cut into ``steps``
-    ring steps, each hidden behind the matmul on the previous chunk; only the first chunk's
-    wait is exposed when the communication is shorter than the compute.
+    TransformerEngine's userbuffers): the layer's matmuls are cut into ``steps`` chunks (the
+    TP degree), each chunk's share of the collectives runs during the next chunk's matmul, and
+    the last chunk's share cannot hide: when communication is shorter than compute, ``1/steps``
+    of it stays exposed (modelled as a reduce-scatter fed chunk by chunk).
     """
 
     forward: float
