@@ -177,10 +177,9 @@ def test_every_published_run_predicted_within_the_issue_targets():
     assert fmed > 2 * med
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 not met: the three Llama 3 405B runs need "
-                   "80.3-95.2 GB under Megatron's interleaved schedule with selective "
-                   "recomputation and the runtime reserve; the paper's flexible-N schedule "
-                   "is not modelled")
+@pytest.mark.xfail(strict=True, reason="issue 18 not met: Llama 3 405B runs need more than "
+                   "80 GB under Megatron's interleaved schedule with selective recomputation "
+                   "and the runtime reserve; the paper's flexible-N schedule is not modelled")
 def test_no_published_run_is_declared_not_to_fit():
     rows = planner.compare_published()
     assert all(r.estimate.fits for r in rows), [r.published.key for r in rows
