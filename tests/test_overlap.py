@@ -353,3 +353,25 @@ def test_blocking_pp_sends_are_exposed_async_ones_are_not():
     async_ = step_timeline(*args, microbatches=m, contention=0.0,
                            pp=PPTraffic(0.2 * MS, 0.3 * MS, NIC))
     assert async_.exposed["pp"] == pytest.approx(0.3 * MS)  # only the very last send waits
+
+
+def test_fsdp_forward_derivation_regimes():
+    d = so.derive_fsdp_forward_exposure()
+    assert sp.simplify(d.gap_compute_bound - (so.t_f - so.t_g)) == 0
+    assert sp.simplify(d.gap_link_bound - (so.t_g - so.t_f)) == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 10), st.floats(0.2, 5.0), st.floats(0.2, 5.0), st.sampled_from([2, 16]))
+def test_fsdp_forward_symbolic_equals_the_timeline(n_layers, tf, tg, n):
+    """Exposed gathers of FSDP's forward (prefetch 1): derived == the timeline's forward."""
+    layer_bytes = 10_000_000
+    beta = layer_bytes * float(sp.Rational(n - 1, n)) / (tg * MS)   # all-gather takes tg ms
+    link = Link("nic", beta, 0.0)
+    assert link.time("all_gather", layer_bytes, n) == pytest.approx(tg * MS)
+    tl = step_timeline([tf * MS] * n_layers, [MS] * n_layers, contention=0.0,
+                       dp=DPTraffic(3, n, layer_bytes, link))
+    end_forward = tl.run.event(f"F{n_layers - 1}.mb0").end
+    sym = so.derive_fsdp_forward_exposure().exposed.subs(
+        {so.L: n_layers, so.t_f: tf * MS, so.t_g: tg * MS})
+    assert end_forward - n_layers * tf * MS == pytest.approx(float(sym), rel=1e-9)

@@ -12,6 +12,7 @@ DP on InfiniBand).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from numbers import Real
 
 from tpp import hardware
@@ -19,6 +20,9 @@ from tpp.collectives import alpha_beta_time
 from tpp.costs.tp import tp_comm_time
 
 __all__ = ["Link", "DPTraffic", "TPTraffic", "CPTraffic", "PPTraffic", "DDP_BUCKET_BYTES"]
+
+#: alpha-beta times are pure functions of their arguments: cache them (timelines repeat sizes)
+_alpha_beta_time = lru_cache(maxsize=65536)(alpha_beta_time)
 
 #: PyTorch DDP's default bucket, ``bucket_cap_mb=25`` (pytorch/pytorch,
 #: torch/nn/parallel/distributed.py; its README in benchmarks/distributed/ddp; issue #118421).
@@ -60,7 +64,7 @@ class Link:
 
     def time(self, op: str, payload_bytes: int, n: int) -> float:
         """Seconds of one ring ``op`` of ``payload_bytes`` over ``n`` ranks on this link."""
-        return alpha_beta_time(op, int(payload_bytes), n, self.bandwidth, self.latency)
+        return _alpha_beta_time(op, int(payload_bytes), n, self.bandwidth, self.latency)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ import sympy as sp
 
 from tpp.collectives import bus_factor, ring_steps
 
-__all__ = ["BucketedExposure", "derive_bucketed_exposure", "bucket_time", "exposed_numeric"]
+__all__ = ["BucketedExposure", "FSDPForwardExposure", "derive_bucketed_exposure",
+           "derive_fsdp_forward_exposure", "bucket_time", "exposed_numeric"]
 
 L, k, B, t_b, t_c, sigma, j = sp.symbols("L k B t_b t_c sigma j", positive=True)
 
@@ -100,3 +101,44 @@ def exposed_numeric(n_layers: int, layers_per_bucket: int, tb: float, tc: float,
 def _exposed_function():
     """The derived exposed time as a plain Python function of ``(L, k, t_b, t_c, sigma)``."""
     return sp.lambdify((L, k, t_b, t_c, sigma), derive_bucketed_exposure().exposed, "math")
+
+
+t_g, t_f = sp.symbols("t_g t_f", positive=True)
+
+
+@dataclass(frozen=True)
+class FSDPForwardExposure:
+    """FSDP's forward with one-layer prefetch, no contention (expressions in ``L, t_g, t_f``)."""
+
+    start_compute_bound: sp.Expr  # s_i, start of layer i's forward when t_g <= t_f
+    start_link_bound: sp.Expr     # s_i when t_g >= t_f
+    gap_compute_bound: sp.Expr    # s_{i+1} - (end of gather i+1) >= 0 is the assumption
+    gap_link_bound: sp.Expr       # (end of gather i) - (end of layer i-1) >= 0
+    exposed: sp.Expr              # end of the forward - L t_f
+
+
+@lru_cache(maxsize=1)
+def derive_fsdp_forward_exposure() -> FSDPForwardExposure:
+    """Exposed all-gather time of a forward of ``L`` equal layers (``t_f`` each) whose weights
+    FSDP gathers (``t_g`` each) one layer ahead, on a link of their own, ``sigma = 0``.
+
+    Events (layer ``i = 1..L``): the gather of layer ``i`` starts when the link is free and layer
+    ``i-1``'s forward has started (prefetch depth 1), ``a_i = max(a_{i-1} + t_g, s_{i-1})``, and
+    ends at ``a_i + t_g``; layer ``i``'s forward starts when layer ``i-1``'s has ended and its
+    gather has, ``s_i = max(s_{i-1} + t_f, a_i + t_g)``, with ``a_1 = 0``, ``s_1 = t_g``.
+    Compute-bound (``t_g <= t_f``): ``s_{i+1} = s_i + t_f``; link-bound: ``s_{i+1} = s_i + t_g``
+    (then ``a_{i+1} = a_i + t_g = s_i``). Solved with :func:`sympy.rsolve`; the exposed time is
+    ``s_L + t_f - L t_f``.
+    """
+    i = sp.symbols("i", positive=True, integer=True)
+    s = sp.Function("s")
+    s_cb = sp.rsolve(s(i + 1) - s(i) - t_f, s(i), {s(1): t_g})
+    s_lb = sp.rsolve(s(i + 1) - s(i) - t_g, s(i), {s(1): t_g})
+    # compute-bound: gather i+1 starts at s_i (the link is free: gather i ended at a_i + t_g <=
+    # s_i) and must end before s_i + t_f
+    gap_cb = sp.factor(s_cb.subs(i, i + 1) - (s_cb + t_g))
+    # link-bound: gather i ends at i t_g = s_i, after layer i-1 ends at s_{i-1} + t_f
+    gap_lb = sp.factor(i * t_g - (s_lb.subs(i, i - 1) + t_f))
+    exposed = sp.Max(sp.expand(s_cb.subs(i, L) + t_f - L * t_f),
+                     sp.expand(s_lb.subs(i, L) + t_f - L * t_f))
+    return FSDPForwardExposure(s_cb, s_lb, gap_cb, gap_lb, exposed)
