@@ -263,3 +263,12 @@ def test_search_can_pick_hsdp_and_the_search_space_includes_it():
 def test_new_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_sp_off_lifts_the_token_divisibility_rule():
+    m = models.model("llama3_8b")
+    with_sp = evaluate(m, Layout(tp=8), seq_len=1020, global_batch=1)
+    assert any("sequence parallelism needs TP=8" in p for p in with_sp.problems)
+    without = evaluate(m, Layout(tp=8, sp=False), seq_len=1020, global_batch=1)
+    assert not any("sequence parallelism" in p for p in without.problems)
+    assert without.step_time is not None

@@ -102,7 +102,7 @@ def default_inter_link(gpu: str) -> str:
 
 
 def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq_len: int,
-                        global_batch: int) -> list[str]:
+                        global_batch: int, sp: bool | None = None) -> list[str]:
     p = []
     if model.n_heads % lay.tp:
         p.append(f"TP={lay.tp} does not divide the {model.n_heads} attention heads: use a TP "
@@ -123,7 +123,7 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     if seq_len % lay.cp or (lay.cp > 1 and seq_len % (2 * lay.cp)):
         p.append(f"CP={lay.cp} must split seq_len={seq_len} into 2 x CP equal chunks "
                  "(zig-zag balance)")
-    elif lay.tp > 1 and (seq_len // lay.cp) % lay.tp:
+    elif lay.tp > 1 and (lay.sp if sp is None else sp) and (seq_len // lay.cp) % lay.tp:
         p.append(f"sequence parallelism needs TP={lay.tp} to divide the {seq_len // lay.cp} "
                  "tokens per CP rank")
     per_replica, rem = divmod(global_batch, lay.dp * lay.microbatch_size)
@@ -297,7 +297,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     inter = hardware.link(inter_link or default_inter_link(gpu))
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
-                                                   global_batch), capacity=dev.memory,
+                                                   global_batch, sequence_parallel),
+                   capacity=dev.memory,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
         return est

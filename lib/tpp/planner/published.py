@@ -87,8 +87,10 @@ _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100
 _L3_ASSUMED = ("microbatch size 1, interleaving v=4 (Sec. 3.3.2 uses an interleaved schedule; "
                "v not stated), selective recomputation, FlashAttention-2 kernels (the public "
                "flash kernel when the model was trained; the paper names none), ZeRO-2-like "
-               "sharding (Sec. 3.3.2: "
-               "weights not resharded after forward)")
+               "sharding (Sec. 3.3.2: weights not resharded after forward); the schedule is "
+               "Megatron-LM's interleaved 1F1B (warm-up 2(P - r - 1) + (v - 1) P chunks), not "
+               "the paper's variant with a freely chosen number N of microbatches per round, "
+               "which can hold fewer in flight")
 for _key, _lay, _s, _B, _rep in (
     ("llama3_405b_8k_8192", Layout(tp=8, pp=16, dp=64, virtual=4, zero=2,
                                     recompute="selective"), 8192, 2048, "430 TFLOPs/GPU, 43% MFU"),
