@@ -272,3 +272,12 @@ def test_sp_off_lifts_the_token_divisibility_rule():
     without = evaluate(m, Layout(tp=8, sp=False), seq_len=1020, global_batch=1)
     assert not any("sequence parallelism" in p for p in without.problems)
     assert without.step_time is not None
+
+
+def test_plan_forwards_memory_options_to_evaluate():
+    m = models.model("llama3_8b")
+    kw = dict(seq_len=4096, global_batch=64, top=1, zeros=(0,), hsdps=(False,))
+    got = plan(m, 8, evaluate_kw=dict(moment_dtype="bf16", master_weights=False), **kw)[0]
+    p_rank = got.memory["weights"] // 2  # bf16 weights, no sharding at ZeRO-0
+    assert got.memory["optimizer_states"] == zero.adam_state_bytes("bf16", False) * p_rank
+    assert zero.adam_state_bytes("bf16", False) < zero.adam_state_bytes()

@@ -77,11 +77,16 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     least = None
     kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
               mfu=mfu, inter_link=inter_link, **(evaluate_kw or {}))
+    ekw = evaluate_kw or {}
+    opt_bytes = czero.adam_state_bytes(ekw.get("moment_dtype", "fp32"),
+                                       ekw.get("master_weights", True))
     ranked = []
     for lay in cands:
         # model states alone are a lower bound on memory: skip hopeless layouts early
         shard = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
-        states = czero.model_state_bytes(model.params // (lay.tp * lay.pp), shard, lay.zero)
+        states = czero.model_state_bytes(model.params // (lay.tp * lay.pp), shard, lay.zero,
+                                         grad_bytes=ekw.get("grad_bytes", 2),
+                                         optimizer_bytes=opt_bytes)
         if states > cap:
             least = min(least or states, states)
             continue
