@@ -281,3 +281,9 @@ def test_plan_forwards_memory_options_to_evaluate():
     p_rank = got.memory["weights"] // 2  # bf16 weights, no sharding at ZeRO-0
     assert got.memory["optimizer_states"] == zero.adam_state_bytes("bf16", False) * p_rank
     assert zero.adam_state_bytes("bf16", False) < zero.adam_state_bytes()
+
+
+def test_memory_first_stops_before_the_dp_timeline_and_explains():
+    est = _ev(Layout(tp=8, pp=1, dp=1), global_batch=1, memory_first=True)
+    assert est.step_time is None and not est.fits
+    assert "GB over the 80 GB" in est.explain()

@@ -89,6 +89,9 @@ class Estimate:
         if self.memory_bytes is None:
             return f"{head}: " + "; ".join(self.problems)
         mem = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in self.memory.items() if v)
+        if self.step_time is None:
+            return (f"{head}: {self.memory_bytes / 1e9:.1f} GB per GPU ({mem}): "
+                    + "; ".join(self.problems))
         t = ", ".join(f"{k} {v:.3f}" for k, v in self.time.items())
         verdict = "fits" if self.fits else "does not fit: " + "; ".join(self.problems)
         return (f"{head}: {self.memory_bytes / 1e9:.1f} GB per GPU ({mem}) of "
