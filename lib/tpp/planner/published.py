@@ -29,9 +29,10 @@ class Published:
     assumed: str
     #: what was measured: seconds per step, or TFLOP/s per GPU under ``flops`` below
     measured: float = 0.0
-    #: "step_time" (seconds), "hfu" (TFLOP/s counting the recompute forward, Narayanan et al.
-    #: 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh)) or "mfu" (TFLOP/s of 3 passes, Megatron's
-    #: count with full s x s attention: :attr:`tpp.planner.Estimate.model_flops_per_step`)
+    #: "step_time" (seconds), "tokens_per_gpu_s" (torchtitan's WPS), "hfu" (TFLOP/s counting
+    #: the recompute forward, Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh))
+    #: or "mfu" (TFLOP/s of 3 passes, Megatron's count with full s x s attention:
+    #: :attr:`tpp.planner.Estimate.model_flops_per_step`)
     metric: str = "step_time"
     #: kernel choices of the run's software: attention kernel and whether the gradient
     #: reduction overlaps the backward
@@ -49,6 +50,8 @@ class Published:
         count, used for the "mfu" metric)."""
         if self.metric == "step_time":
             return self.measured
+        if self.metric == "tokens_per_gpu_s":
+            return self.global_batch * self.seq_len / (self.measured * self.gpus)
         if self.metric == "hfu":
             m = _models.model(self.model)
             B, s, L, h, V = (self.global_batch, self.seq_len, m.n_layers, m.d_model,
@@ -149,3 +152,17 @@ PUBLISHED["bloom_176b"] = Published(
     "reduction after the pipeline flush",
     measured=156.0, metric="hfu", attention="eager", dp_overlap=False,
     inter_link="opa_100_x4_per_node")
+
+#: torchtitan (pytorch/torchtitan, docs/performance.md at commit 0413364349): Llama 3 on 64
+#: A100 80GB with FSDP2, local batch 1 (global 64), sequence 8192, tokens per second per GPU
+#: ("WPS"): 8B with selective-op checkpointing 2973 (58.2 % MFU), 70B with full 331 (51.7 %).
+_TT = ("torchtitan docs/performance.md (pytorch/torchtitan @ "
+       "041336434916bdc0f88c1f89fda176fd3c2092e4), Llama 3 table: 64 A100 80GB, FSDP2")
+for _key, _m, _rc, _wps in (("torchtitan_llama3_8b", "llama3_8b", "selective", 2973.0),
+                            ("torchtitan_llama3_70b", "llama3_70b", "full", 331.0)):
+    PUBLISHED[_key] = Published(
+        _key, _m, "a100_sxm_80gb", Layout(dp=64, zero=3, recompute=_rc), 8192, 64,
+        f"{_wps:g} tokens/s per GPU", _TT,
+        "sequence 8192 (Llama 3's), selective-op checkpointing taken as selective, PyTorch SDPA "
+        "taken as FlashAttention-2, FSDP2 as ZeRO-3 with one unit per layer, InfiniBand HDR per "
+        "GPU (the cluster's network is not stated)", measured=_wps, metric="tokens_per_gpu_s")
