@@ -310,6 +310,8 @@ def _op(name="a", **kw):
     (lambda: sm_share(200, 132), "fewer than the GPU's 132 SMs"),
     (lambda: so.exposed_numeric(5, 2, 1.0, 1.0), "layers_per_bucket=2 must divide"),
     (lambda: gantt("x"), "gantt takes the StepTimeline"),
+    (lambda: run([_op()]).event("nope"), "no op named 'nope'"),
+    (lambda: DPTraffic(0, 8, 1, NIC, bucket_bytes=True), "bucket_bytes=True"),
 ])
 def test_every_value_error(call, match):
     with pytest.raises(ValueError, match=match):
