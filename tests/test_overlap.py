@@ -116,7 +116,7 @@ def test_step_decomposes_into_compute_exposed_contention_idle(cfg):
 
 def test_derivation_regimes_meet_and_their_assumptions_hold():
     d = so.derive_bucketed_exposure()
-    L, k, t_b, t_c, s, j = so.L, so.k, so.t_b, so.t_c, so.sigma, so.j
+    L, k, t_b, t_c, s, j = so.L, so.q, so.t_b, so.t_c, so.sigma, so.j
     # at the boundary (1 - sigma) t_c = k t_b the two regimes give the same step
     at = {t_c: k * t_b / (1 - s)}
     assert sp.simplify((d.step_compute_bound - d.step_link_bound).subs(at)) == 0
@@ -310,6 +310,8 @@ def _op(name="a", **kw):
     (lambda: sm_share(200, 132), "fewer than the GPU's 132 SMs"),
     (lambda: so.exposed_numeric(5, 2, 1.0, 1.0), "layers_per_bucket=2 must divide"),
     (lambda: gantt("x"), "gantt takes the StepTimeline"),
+    (lambda: run([_op()]).event("nope"), "no op named 'nope'"),
+    (lambda: DPTraffic(0, 8, 1, NIC, bucket_bytes=True), "bucket_bytes=True"),
 ])
 def test_every_value_error(call, match):
     with pytest.raises(ValueError, match=match):

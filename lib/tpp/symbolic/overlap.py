@@ -1,12 +1,12 @@
 """Exposed communication of a bucketed gradient all-reduce behind a backward, derived (SymPy).
 
 The case: a backward of ``L`` equal layers, ``t_b`` seconds each; gradients go into buckets of
-``k`` layers (``B = L / k`` buckets), and each bucket's all-reduce takes ``t_c`` seconds on the
+``q`` layers (``n_b = L / q`` buckets), and each bucket's all-reduce takes ``t_c`` seconds on the
 link (:func:`bucket_time`: the ring's alpha-beta time from :mod:`tpp.collectives`). While a
 collective runs, compute progresses at rate ``1 - sigma`` (SM contention). Time 0 is the start of
 the backward.
 
-The timeline's events obey two recurrences (bucket ``j = 1..B``):
+The timeline's events obey two recurrences (bucket ``j = 1..n_b``):
 
 * ``r_j``: the end of the backward of bucket ``j``'s last layer (the bucket is ready);
 * ``e_j = max(r_j, e_{j-1}) + t_c``: its all-reduce starts when it is ready and the link is
@@ -14,12 +14,12 @@ The timeline's events obey two recurrences (bucket ``j = 1..B``):
 
 Which argument of the ``max`` wins depends on one comparison, the same for every ``j``:
 
-* compute-bound, ``(1 - sigma) t_c <= k t_b``: each all-reduce ends before the next bucket is
+* compute-bound, ``(1 - sigma) t_c <= q t_b``: each all-reduce ends before the next bucket is
   ready, so ``e_j = r_j + t_c``; bucket ``j+1``'s compute runs slowed during all of ``t_c``
   (doing ``(1 - sigma) t_c`` of its work), then at full speed:
-  ``r_{j+1} = r_j + k t_b + sigma t_c``;
-* link-bound, ``(1 - sigma) t_c >= k t_b``: the link never waits after the first bucket,
-  ``e_j = e_{j-1} + t_c``, ``e_1 = k t_b + t_c``, and the backward runs slowed from ``r_1`` on.
+  ``r_{j+1} = r_j + q t_b + sigma t_c``;
+* link-bound, ``(1 - sigma) t_c >= q t_b``: the link never waits after the first bucket,
+  ``e_j = e_{j-1} + t_c``, ``e_1 = q t_b + t_c``, and the backward runs slowed from ``r_1`` on.
 
 :func:`derive_bucketed_exposure` solves both recurrences with :func:`sympy.rsolve`, checks each
 regime's assumption (``e_j <= r_{j+1}``, resp. ``r_j <= e_{j-1}``) symbolically, and returns the
@@ -39,12 +39,14 @@ from tpp.collectives import bus_factor, ring_steps
 __all__ = ["BucketedExposure", "FSDPForwardExposure", "derive_bucketed_exposure",
            "derive_fsdp_forward_exposure", "bucket_time", "exposed_numeric"]
 
-L, k, B, t_b, t_c, sigma, j = sp.symbols("L k B t_b t_c sigma j", positive=True)
+L, q, t_b, t_c, sigma, j = sp.symbols("L q t_b t_c sigma j", positive=True)
+#: ``q``: layers per bucket; the number of buckets is ``n_b = L / q`` (the course's ``B`` and
+#: ``k`` name the batch size and the experts per token; see the notation appendix).
 
 
 @dataclass(frozen=True)
 class BucketedExposure:
-    """The derivation's results (SymPy expressions in ``L, k, t_b, t_c, sigma``)."""
+    """The derivation's results (SymPy expressions in ``L, q, t_b, t_c, sigma``)."""
 
     ready: sp.Expr             # r_j, compute-bound regime
     end_compute_bound: sp.Expr  # e_j, compute-bound regime
@@ -60,20 +62,20 @@ class BucketedExposure:
 @lru_cache(maxsize=1)
 def derive_bucketed_exposure() -> BucketedExposure:
     """Solve the event recurrences of the module docstring; return both regimes and the joint
-    step and exposed time, with ``B = L / k``."""
+    step and exposed time, with ``n_b = L / q``."""
     r, e = sp.Function("r"), sp.Function("e")
-    # compute-bound: r_{j+1} = r_j + k t_b + sigma t_c, r_1 = k t_b; e_j = r_j + t_c
-    r_j = sp.rsolve(r(j + 1) - r(j) - k * t_b - sigma * t_c, r(j), {r(1): k * t_b})
+    # compute-bound: r_{j+1} = r_j + q t_b + sigma t_c, r_1 = q t_b; e_j = r_j + t_c
+    r_j = sp.rsolve(r(j + 1) - r(j) - q * t_b - sigma * t_c, r(j), {r(1): q * t_b})
     e_cb = r_j + t_c
     gap_cb = sp.factor(r_j.subs(j, j + 1) - e_cb)         # r_{j+1} - e_j
-    # link-bound: e_j = e_{j-1} + t_c, e_1 = k t_b + t_c; r_j = k t_b + (j-1) k t_b / (1-sigma)
-    e_lb = sp.rsolve(e(j + 1) - e(j) - t_c, e(j), {e(1): k * t_b + t_c})
-    r_lb = sp.rsolve(r(j + 1) - r(j) - k * t_b / (1 - sigma), r(j), {r(1): k * t_b})
+    # link-bound: e_j = e_{j-1} + t_c, e_1 = q t_b + t_c; r_j = q t_b + (j-1) q t_b / (1-sigma)
+    e_lb = sp.rsolve(e(j + 1) - e(j) - t_c, e(j), {e(1): q * t_b + t_c})
+    r_lb = sp.rsolve(r(j + 1) - r(j) - q * t_b / (1 - sigma), r(j), {r(1): q * t_b})
     gap_lb = sp.factor(e_lb.subs(j, j - 1) - r_lb)         # e_{j-1} - r_j
-    nb = L / k
+    nb = L / q
     step_cb = sp.expand(e_cb.subs(j, nb))
     step_lb = sp.expand(e_lb.subs(j, nb))
-    # the backward itself must end before e_B in the link-bound regime: r_B <= e_{B-1} < e_B
+    # link-bound: the backward ends first, r_{n_b} <= e_{n_b - 1} < e_{n_b}
     step = sp.Max(step_cb, step_lb)
     return BucketedExposure(r_j, e_cb, e_lb, step_cb, step_lb, step,
                             sp.Max(sp.expand(step_cb - L * t_b), sp.expand(step_lb - L * t_b)),
@@ -99,8 +101,8 @@ def exposed_numeric(n_layers: int, layers_per_bucket: int, tb: float, tc: float,
 
 @lru_cache(maxsize=1)
 def _exposed_function():
-    """The derived exposed time as a plain Python function of ``(L, k, t_b, t_c, sigma)``."""
-    return sp.lambdify((L, k, t_b, t_c, sigma), derive_bucketed_exposure().exposed, "math")
+    """The derived exposed time as a plain Python function of ``(L, q, t_b, t_c, sigma)``."""
+    return sp.lambdify((L, q, t_b, t_c, sigma), derive_bucketed_exposure().exposed, "math")
 
 
 t_g, t_f = sp.symbols("t_g t_f", positive=True)
