@@ -21,8 +21,12 @@ def _nb(chapter: str):
     return nbformat.read(ROOT / "chapters" / f"{chapter}.ipynb", as_version=4)
 
 
-def _cell(chapter: str, cell_id: str) -> str:
-    return next(c.source for c in _nb(chapter).cells if c.get("id") == cell_id)
+def _cell(chapter: str, start: str) -> str:
+    """The one cell of `chapter` whose source starts with `start` (cell ids are renumbered
+    by the nbstripout filter, so they cannot name a cell)."""
+    found = [c.source for c in _nb(chapter).cells if c.source.startswith(start)]
+    assert len(found) == 1, f"{chapter}: {len(found)} cells start with {start!r}"
+    return found[0]
 
 
 def _text(chapter: str, kind: str | None = None) -> str:
@@ -42,7 +46,7 @@ def test_chapter_18_raises_without_torch(monkeypatch):
     import tpp.distributed
 
     monkeypatch.setattr(tpp.distributed, "torch_available", lambda: False)
-    src = _cell("18_real_engine", "31513f07")
+    src = _cell("18_real_engine", 'import inspect\n\nimport matplotlib')
     with pytest.raises(RuntimeError, match=r"pip install -e '\.\[torch\]'"):
         exec(compile(src, "ch18-cell1", "exec"), {})
 
@@ -56,13 +60,13 @@ def test_chapter_12_pytorch_section_raises_without_torch(monkeypatch):
         return real_import(name, *args, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_torch)
-    src = _cell("12_v_shapes", "9426883a")
+    src = _cell("12_v_shapes", 'try:\n    from tpp.pipeline.pytorch import pytorch_order')
     with pytest.raises(RuntimeError, match="torch extra"):
         exec(compile(src, "ch12-pytorch", "exec"), {"pp": None})
 
 
 def test_chapter_12_claims():
-    code = _cell("12_v_shapes", "dc8e9054")
+    code = _cell("12_v_shapes", 'zbv = pp.schedule("zbv", 4, 16, 2)')
     assert r"T - \left(" in code and r"\right)" in code      # parentheses around the busy time
     md = _text("12_v_shapes", "markdown")
     assert "removes the bubble" not in md
@@ -70,7 +74,7 @@ def test_chapter_12_claims():
     assert "$2P - 2$ cross ranks" in md and "PP/2 - 1" in md
     assert "Only that table is off" in md
     # the DualPipe example: B <= F&B < F + B, asserted in the cell that simulates it
-    assert "assert B_ <= FB_ < F_ + B_" in _cell("12_v_shapes", "57636258")
+    assert "assert B_ <= FB_ < F_ + B_" in _cell("12_v_shapes", 'PP_, MB = 8, 20')
 
 
 def test_dualpipe_overlap_gains_in_the_chapter_costs():
@@ -109,11 +113,11 @@ def test_chapter_17_decode_with_context_is_never_compute_bound():
     assert 140 < i[0] < i[1] < 200 < n_star
     md = _text("17_serving", "markdown")
     assert "With an **empty** KV cache" in md and "never becomes compute-bound" in md
-    assert "4 * math.sqrt(predicted) + 2" not in _cell("17_serving", "ch17-21")
+    assert "4 * math.sqrt(predicted) + 2" not in _cell("17_serving", 'ring, own, bf16 = (gens[k] for k in list(runs)')
 
 
 def test_chapter_15_costs_causal_steps_and_the_weight_gradients():
-    code = _cell("15_context_parallel", "bc058595")
+    code = _cell("15_context_parallel", 'llama = models.model("llama3_70b")\nH_L')
     assert code.count("causal=True") >= 2
     md = _text("15_context_parallel", "markdown")
     assert "so it needs no\ncommunication at all" not in md
@@ -121,7 +125,7 @@ def test_chapter_15_costs_causal_steps_and_the_weight_gradients():
 
 
 def test_chapter_13_recompute_consistent():
-    code = _cell("13_data_parallel", "c95656a2")
+    code = _cell("13_data_parallel", 'from tpp.costs import flops as cflops')
     assert "6 * Psi * tau" not in code and "sp.diff(tau_star, Psi) == 0" not in code
     assert 'passes == {"none": 3, "full": 4}' in code
     assert "one sequence of 8192\ntokens hides the traffic" not in _text("13_data_parallel")
