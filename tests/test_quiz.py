@@ -83,6 +83,10 @@ def test_graded_questions_are_held_out_of_every_page():
 
 
 def test_the_master_is_generated_from_the_source_and_its_checks_hide_the_key():
+    import nbformat
+
+    nb = nbformat.read(MASTER, as_version=4)
+    assert quiz.sync_master(nb) is False, "run: python -m tpp.quiz (master out of date)"
     cells = _cells()
     md = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     answers = ["".join(c["source"]) for c in cells if "answer" in c["metadata"].get("tags", [])]
@@ -148,9 +152,15 @@ def built():
     src = _scratch()
     (src / "conf.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT / '_ext')!r})\n"
-        "extensions = ['tpp_quiz']\nhtml_theme = 'basic'\n")
+        "extensions = ['myst_parser', 'tpp_quiz']\nhtml_theme = 'basic'\n")
     (src / "index.rst").write_text(
-        "Quiz\n====\n\n.. tpp-quiz:: 17_serving\n\nMore\n----\n\n.. tpp-quiz:: 07_gpipe\n")
+        "Quiz\n====\n\n.. tpp-quiz:: 17_serving\n\nMore\n----\n\n.. tpp-quiz:: 07_gpipe\n"
+        "\n.. toctree::\n\n   myst\n")
+    # the chapters' own cell, as MyST Markdown
+    cell = next("".join(c["source"]) for c in json.loads(
+        (ROOT / "chapters" / "01_collectives.ipynb").read_text())["cells"]
+        if "{tpp-quiz}" in "".join(c["source"]))
+    (src / "myst.md").write_text("# MyST\n\n" + cell + "\n")
     out = src / "_out"
     assert build_main(["-q", "-b", "html", str(src), str(out)]) == 0
     yield out
@@ -174,6 +184,9 @@ def test_rendered_markup_has_each_question_and_an_explanation_per_option(built):
     assert (built / "_static" / "quiz" / "tpp_quiz.js").is_file()
     assert (built / "_static" / "quiz" / "tpp_quiz.css").is_file()
     assert "http" not in (built / "_static" / "quiz" / "tpp_quiz.js").read_text()
+    myst = (built / "myst.html").read_text()
+    assert myst.count('class="tpp-question"') == len(quiz.page_questions("01_collectives"))
+    assert "{tpp-quiz}" not in myst
 
 
 def test_an_unknown_chapter_fails_the_build_with_a_message():
@@ -192,14 +205,17 @@ def test_an_unknown_chapter_fails_the_build_with_a_message():
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_every_chapter_holds_its_quiz_directive():
+def test_every_chapter_holds_its_quiz_directive_at_a_section_boundary():
+    """Before the exercises when that cell opens a section, else the notebook's last cell."""
     for ch in CHAPTERS:
         cells = json.loads((ROOT / "chapters" / f"{ch}.ipynb").read_text())["cells"]
         src = ["".join(c["source"]) for c in cells]
         where = [i for i, s in enumerate(src) if f"```{{tpp-quiz}} {ch}" in s]
         assert len(where) == 1, ch
-        ex = next(i for i, s in enumerate(src) if re.search(r"^## Exercises", s, re.M))
-        assert where[0] < ex, ch
+        i = where[0]
+        assert src[i].startswith("## Check yourself"), ch
+        ex = next(k for k, s in enumerate(src) if re.search(r"^## Exercises", s, re.M))
+        assert i == len(src) - 1 or (i + 1 == ex and src[ex].lstrip().startswith("#")), ch
 
 
 # ------------------------------------------------------------------------------ in Chromium

@@ -27,7 +27,8 @@ from tpp.models import model
 from tpp.symbolic import pipeline as sym_pipeline
 
 __all__ = ["Option", "Question", "questions", "page_questions", "graded_questions",
-           "chapters", "letters", "correct_letter", "question_markdown", "render_html"]
+           "chapters", "letters", "correct_letter", "question_markdown", "render_html",
+           "sync_master"]
 
 LETTERS = "ABCDEFGH"
 
@@ -567,6 +568,46 @@ def question_markdown(q: Question, number: int) -> str:
     return "\n".join(lines)
 
 
+MASTER_INTRO = (
+    "# Exercise 17: check yourself\n\n"
+    "Six multiple-choice questions on the serving chapter (`chapters/17_serving.ipynb`) and the\n"
+    "tensor-parallel chapters, one on each topic of the serving lesson's \"Check yourself\". The\n"
+    "chapter's page carries its own six questions with explanations to practise on; these are\n"
+    "different ones. For each, set the variable to one letter and run the cell below it: "
+    "it checks\n"
+    "only that you gave a valid letter. The gradebook counts the letter you hand in, one "
+    "point per\n"
+    "question; your feedback after grading says which were right.")
+
+
+def sync_master(nb) -> bool:
+    """Write the graded questions into the master ``ex17_quiz`` (an nbformat notebook) in place.
+
+    Cells are matched by id (``ex17q-NN``): question Markdown, answer (the key, inside the
+    solution block) and a public check that accepts any valid letter. Returns whether anything
+    changed. ``python -m tpp.quiz`` applies it to ``solutions/ex17_quiz.ipynb``.
+    """
+    cells = {c.id: c for c in nb.cells}
+    new = {"ex17q-00": MASTER_INTRO}
+    for n, q in enumerate(graded_questions(), 1):
+        base = 2 + 4 * (n - 1)
+        new[f"ex17q-{base:02d}"] = question_markdown(q, n)
+        new[f"ex17q-{base + 1:02d}"] = (
+            f'# BEGIN SOLUTION\nanswer_q{n} = "{correct_letter(q)}"\n# END SOLUTION')
+        new[f"ex17q-{base + 2:02d}"] = (
+            f'check_defined(globals(), "answer_q{n}")\n'
+            f'check_choice("answer_q{n}", answer_q{n}, "{letters(q)}")\n'
+            f'print("q{n}: a valid letter, recorded — the gradebook counts your final letter")')
+    missing = sorted(set(new) - set(cells))
+    if missing:
+        raise ValueError(f"the master has no cells {missing}: add them (ids ex17q-NN)")
+    changed = False
+    for cid, text in new.items():
+        if cells[cid].source != text:
+            cells[cid].source, changed = text, True
+    return changed
+
+
 _CODE = re.compile(r"`([^`]+)`")
 
 
@@ -601,3 +642,17 @@ def render_html(chapter: str) -> str:
         out.append("</fieldset>")
     out.append("</section>")
     return "\n".join(out)
+
+
+if __name__ == "__main__":   # python -m tpp.quiz: regenerate the master's question cells
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "solutions" / "ex17_quiz.ipynb"
+    book = nbformat.read(path, as_version=4)
+    if sync_master(book):
+        nbformat.write(book, path)
+        print(f"wrote {path}; now run: tpp assign")
+    else:
+        print(f"{path} is up to date")
