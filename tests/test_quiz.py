@@ -23,7 +23,7 @@ from tpp import quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 MASTER = ROOT / "solutions" / "ex17_quiz.ipynb"
-CHAPTERS = sorted(p.stem for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+CHAPTERS = sorted(p.stem for p in (ROOT / "chapters").glob("[0-9][0-9]*_*.ipynb"))
 
 
 # ------------------------------------------------------------------------------ the source
@@ -35,7 +35,7 @@ def test_each_question_has_one_correct_option_and_every_option_an_explanation(q)
     for o in q.options:
         assert o.explanation.strip()
         # the explanation names a chapter and a section to reread
-        assert re.search(r"[Cc]hapter \d\d, '[^']+'", o.explanation), o.explanation
+        assert re.search(r"[Cc]hapter \d\db?, '[^']+'", o.explanation), o.explanation
         assert o.explanation.startswith("Right.") == o.correct, o.explanation
 
 
@@ -214,7 +214,7 @@ def test_every_chapter_holds_its_quiz_directive_at_a_section_boundary():
         assert len(where) == 1, ch
         i = where[0]
         assert src[i].startswith("## Check yourself"), ch
-        ex = next(k for k, s in enumerate(src) if re.search(r"^## Exercises", s, re.M))
+        ex = next((k for k, s in enumerate(src) if re.search(r"^## Exercises", s, re.M)), None)
         assert i == len(src) - 1 or (i + 1 == ex and src[ex].lstrip().startswith("#")), ch
 
 

@@ -334,6 +334,27 @@ def questions() -> tuple[Question, ...]:
            ("1.5 times as many", W, "That is ZeRO-3's extra all-gather. Reread chapter 13, "
             "'Derivation: bytes per rank, from the ledger's structure'.")))
 
+    # ---------------------------------------------------------------- 13b hiding communication
+    ch = "13b_hiding_communication"
+    add(_q("c13b-last", ch,
+           "A bucketed data-parallel all-reduce runs behind the backward on a link fast enough "
+           "to keep up. What stays exposed?",
+           ("At least the last bucket's all-reduce: nothing is left to hide it behind", R,
+            "Right. Chapter 13b, 'Derivation: a bucketed all-reduce behind a backward'."),
+           ("Nothing", W, "The last bucket is ready only when the backward ends. Reread "
+            "chapter 13b, 'Derivation: a bucketed all-reduce behind a backward'."),
+           ("The whole all-reduce", W, "Only a link that cannot keep up exposes that much. "
+            "Reread chapter 13b, 'Simulation: the two-stream timeline'.")))
+    add(_q("c13b-tp", ch,
+           "Which collectives do not hide behind compute unless the matmuls are decomposed?",
+           ("Tensor parallelism's, between dependent matmuls", R,
+            "Right. Chapter 13b, 'A whole rank: TP, PP, DP and the distributed optimizer'."),
+           ("FSDP's all-gathers", W, "They are prefetched one layer ahead. Reread chapter 13b, "
+            "'The same structure: FSDP's prefetched forward'."),
+           ("The distributed optimizer's parameter all-gather", W, "It hides behind the next "
+            "step's first layers. Reread chapter 13b, 'A whole rank: TP, PP, DP and the "
+            "distributed optimizer'.")))
+
     # ---------------------------------------------------------------- 14 composition
     add(_q("c14-order", "14_composition",
            "Why are ranks numbered TP fastest?",
