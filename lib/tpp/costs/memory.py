@@ -269,7 +269,7 @@ def model_activation_terms(
 
 #: The runtime reserve's parts and their sources (see :func:`runtime_reserve_terms`).
 CUDA_CONTEXT_BYTES = 750 * 2**20
-NCCL_COMMUNICATOR_BYTES = 4 * 2**20 * 32 * 2
+NCCL_COMMUNICATOR_BYTES = 4 * 2**20 * 32 * 2  # NCCL DEFAULT_BUFFSIZE x MAXCHANNELS/2 x 2
 FRAGMENTATION = Fraction(5, 100)
 
 
@@ -283,10 +283,16 @@ def runtime_reserve_terms(
     * ``cuda_context``: the CUDA context and kernels of the process, "~700+ MB" as PyTorch's
       maintainers measure it (discuss.pytorch.org/t/high-gpu-memory-overhead/81330): 750 MiB.
     * ``nccl_buffers``: per communicator, NCCL's simple-protocol buffer ``DEFAULT_BUFFSIZE``
-      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring connection; assuming 32
-      channels (our assumption for an NVLink node, not a measurement) and two ring
-      connections, 256 MiB; one communicator per parallel dimension of degree > 1
-      (``communicators``).
+      = 4 MiB (``NCCL_BUFFSIZE``'s default, ``#define DEFAULT_BUFFSIZE (1 << 22)`` in
+      NVIDIA/nccl ``src/init.cc`` @ 5067397c2676d5aed50042fc39e5c8ee96eb0027) per channel and
+      ring connection, for 32 channels: the ring search's cap, ``ringGraph->maxChannels =
+      MAXCHANNELS / 2`` (``src/init.cc``) with ``#define MAXCHANNELS 64``
+      (``src/include/device.h``), same commit. The count a communicator ends with is chosen by
+      NCCL's topology search (``NCCL_MAX_NCHANNELS`` caps it) and is not published for an H100
+      node, so 32 is the source's ceiling for rings, not a measurement; the LL and LL128
+      protocol buffers (``DEFAULT_LL_BUFFSIZE``, ``DEFAULT_LL128_BUFFSIZE``, same file) are not
+      counted. Two ring connections: 256 MiB; one communicator per parallel dimension of
+      degree > 1 (``communicators``).
     * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
       step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
       caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's

@@ -54,7 +54,7 @@ def compare_published(keys: list[str] | None = None, **evaluate_kw) -> list[Comp
         kw = dict(gpu=pub.gpu, seq_len=pub.seq_len, global_batch=pub.global_batch,
                   attention_kernel=pub.attention, dp_overlap=pub.dp_overlap,
                   attention="eager" if pub.attention == "eager" else "flash",
-                  inter_link=pub.inter_link)
+                  inter_link=pub.inter_link, grad_bytes=pub.grad_bytes)
         kw.update(evaluate_kw)
         est = evaluate(models.model(pub.model), pub.layout, **kw)
         if est.step_time is None:

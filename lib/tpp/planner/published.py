@@ -40,6 +40,8 @@ class Published:
     dp_overlap: bool = True
     #: the network between nodes (None: :func:`tpp.planner.default_inter_link`)
     inter_link: str | None = None
+    #: bytes per gradient element the run keeps (2: bf16; 4: fp32 accumulation, e.g. Llama 3)
+    grad_bytes: int = 2
 
     @property
     def gpus(self) -> int:
@@ -87,25 +89,50 @@ for (_n, _a, _h, _L), (_t, _p, _g, _B, _tf, _pct) in zip(NARAYANAN_TABLE1, _TABL
 
 _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100 80GB, 8 per "
          "server, 400 Gb/s per GPU")
-_L3_ASSUMED = ("microbatch size 1, interleaving v=4 (Sec. 3.3.2 uses an interleaved schedule; "
-               "v not stated), selective recomputation, FlashAttention-2 kernels (the public "
-               "flash kernel when the model was trained; the paper names none), ZeRO-2-like "
-               "sharding (Sec. 3.3.2: weights not resharded after forward); the schedule is "
-               "Megatron-LM's interleaved 1F1B (warm-up 2(P - r - 1) + (v - 1) P chunks), not "
-               "the paper's variant with a freely chosen number N of microbatches per round, "
-               "which can hold fewer in flight")
+#: What Dubey et al. 2024, Sec. 3.3.2 ("Parallelism for model scaling") documents of the 405B
+#: run's memory, and where the planner meets it:
+#:
+#: * FSDP "shards optimizer states and gradients, but not model parameters after the forward"
+#:   (weights are not resharded after the forward): ``zero=2`` (full weights of the stage held
+#:   through forward and backward, states and gradients sharded over DP x CP);
+#: * "FP32 gradient accumulation during backward computation over multiple micro-batches" and
+#:   gradients reduce-scattered "in FP32" (Sec. 3.3.2, numerical stability): ``grad_bytes=4``;
+#: * "one Transformer layer fewer" on the first and the last stage, which hold the embedding and
+#:   the LM head (126 = 16 x 8 - 2 layers): :func:`tpp.planner.layout.layers_per_chunk`
+#:   places them so, 7 layers on the first and last rank, 8 on the others;
+#: * 8K sequences "without activation checkpointing": ``recompute="none"`` for the 8K runs (the
+#:   paper says nothing of the 128K stage: selective kept, our assumption; with a flash kernel
+#:   selective and none hold the same bytes in :func:`tpp.costs.memory.model_activation_terms`);
+#: * input and output tensors of each stage "deallocated" once sent / used: the planner keeps no
+#:   stage-output copy (its in-flight bytes are the layers' own activations);
+#: * an interleaved schedule with a freely chosen number ``N`` of microbatches per round
+#:   (Fig. 6): Megatron-LM implements it as ``microbatch_group_size_per_vp_stage`` (default
+#:   ``P``; ``megatron/core/pipeline_parallel/schedules.py``,
+#:   ``forward_backward_pipelining_with_interleaving``, which raises unless ``P <= N <= M``)
+#:   with warm-up ``2 (P - r - 1) + (v - 1) N`` chunks, so ``N > P`` holds *more* in flight,
+#:   never fewer; the planner simulates ``N = P`` (Megatron's interleaved 1F1B), a lower bound
+#:   for the paper's schedule at the same ``v``.
+_L3_ASSUMED = ("not stated in the paper, our assumptions: microbatch size 1; interleaving v=4 "
+               "(Sec. 3.3.2 uses an interleaved schedule, v is not given); N = P microbatches "
+               "per round (Megatron's default; a larger N holds more in flight); "
+               "FlashAttention-2 kernels (the public flash kernel when the model was trained; "
+               "the paper names none); fp32 Adam moments and fp32 master weights; selective "
+               "recomputation at 128K. Stated by Sec. 3.3.2: ZeRO-2-like FSDP (weights not "
+               "resharded after the forward), fp32 gradients, one layer fewer on the first and "
+               "last stages, no activation checkpointing at 8K")
 for _key, _lay, _s, _B, _rep in (
     ("llama3_405b_8k_8192", Layout(tp=8, pp=16, dp=64, virtual=4, zero=2,
-                                    recompute="selective"), 8192, 2048, "430 TFLOPs/GPU, 43% MFU"),
+                                    recompute="none"), 8192, 2048, "430 TFLOPs/GPU, 43% MFU"),
     ("llama3_405b_8k_16384", Layout(tp=8, pp=16, dp=128, virtual=4, zero=2,
-                                     recompute="selective"), 8192, 2048,
+                                     recompute="none"), 8192, 2048,
      "400 TFLOPs/GPU, 41% MFU"),
     ("llama3_405b_128k_16384", Layout(tp=8, cp=16, pp=16, dp=8, virtual=4, zero=2,
                                        recompute="selective"), 131072, 128,
      "380 TFLOPs/GPU, 38% MFU"),
 ):
     PUBLISHED[_key] = Published(_key, "llama3_405b", "h100_sxm", _lay, _s, _B, _rep, _L3T4,
-                                _L3_ASSUMED, measured=float(_rep.split()[0]), metric="mfu")
+                                _L3_ASSUMED, measured=float(_rep.split()[0]), metric="mfu",
+                                grad_bytes=4)
 
 #: Korthikanti et al. 2022 (arXiv:2205.05198), Table 3 (configurations: TP 8, sequence 2048,
 #: microbatch 1, one pipeline; GPUs and global batch 8/4, 64/64, 280/280, 512/512) and
