@@ -195,7 +195,7 @@ class _References:
 
     def key(self, student: str) -> str:
         try:
-            return reference_key(self.master, parameters_of(self.master, student))
+            return reference_key(self.master, parameters_of(self.master, student), self.limits)
         except ValueError:  # an id no parameters can be drawn for: its row says why
             return ""
 

@@ -7,6 +7,7 @@ by number only, and they run without being stored in the kernel's input history 
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,20 @@ WORDING = {
     "not-run": "not run: an earlier failure stopped the notebook",
 }
 DETAIL_CHARS = 300
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def safe_type(name: str) -> str:
+    """A short exception or type name fit for feedback: a built-in one as it is, anything
+    else (student-controlled: a class's ``__qualname__`` may carry any text) as "an error"."""
+    import builtins
+
+    name = str(name)
+    if _TYPE_NAME.fullmatch(name) and isinstance(getattr(builtins, name, None), type):
+        return name
+    if name in ("CheckFailed", "GuardError", "UnpicklingError", "LinAlgError"):
+        return name
+    return "an exception of the submission's own class"
 
 
 def clip(text: str, limit: int = DETAIL_CHARS) -> str:
@@ -234,7 +249,14 @@ def _grade(
     for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
         if res.status in ("died", "timeout") and not where:
             where = f" in {cell.kind} cell of {cell.question or 'the setup'}"
-    if outcome.died:
+    setup = [(c, r) for c, r in zip(rebuilt.cells, outcome.cells, strict=True)
+             if c.kind == "setup" and r.status == "error"]  # fmt: skip
+    if setup:  # the master's own cell failed: the environment (a limit, an import), not a score
+        cell, res = setup[0]
+        status = "setup-failed"
+        reason = (f"setup cell {cell.master_id} raised {safe_type(res.ename)}: the grading "
+                  "environment failed (a limit, a missing library); fix it and grade again")
+    elif outcome.died:
         status = "kernel-died"
         reason = outcome.reason + where
     elif timeouts or outcome.hung:
