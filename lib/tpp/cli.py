@@ -88,6 +88,15 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         cpu_seconds=args.cpu_seconds,
         guard=not args.no_guard,
         allow_unsandboxed=args.unsandboxed,
+        budget_s=args.budget,
+        disk_mb=args.disk_mb,
+        nproc=args.nproc,
+        cpus=args.cpus,
+        cgroups=args.cgroups,
+        max_message_mb=args.max_message_mb,
+        max_notebook_mb=args.max_notebook_mb,
+        max_cells=args.max_cells,
+        max_source_chars=args.max_source_chars,
     )
     try:
         summary = grade_folder(
@@ -163,6 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument(
         "--cpu-seconds", type=int, default=120, help="CPU-time limit of a kernel (seconds)"
     )
+    bound = pg.add_argument_group("bounds per submission (see the instructors' page)")
+    bound.add_argument("--budget", type=float, default=600.0,
+                       help="wall-clock seconds per submission, kernel restarts and replays "
+                       "included (default 600)")  # fmt: skip
+    bound.add_argument("--disk-mb", type=int, default=256,
+                       help="size of each writable filesystem of a kernel: its shared folder "
+                       "and work folder, each a tmpfs (default 256)")  # fmt: skip
+    bound.add_argument("--nproc", type=int, default=64,
+                       help="processes + threads of a sandbox (default 64)")
+    bound.add_argument("--cpus", type=float, default=1.0,
+                       help="CPU cores of a sandbox under --cgroups v2 (default 1)")
+    bound.add_argument("--cgroups", action="store_true",
+                       help="bound memory and processes of the whole sandbox with a cgroup "
+                       "(v2, else v1; root only)")  # fmt: skip
+    bound.add_argument("--max-message-mb", type=int, default=16,
+                       help="largest message frame accepted from a kernel (default 16)")
+    bound.add_argument("--max-notebook-mb", type=float, default=10.0,
+                       help="largest submission file read (default 10)")
+    bound.add_argument("--max-cells", type=int, default=2000,
+                       help="most cells a submission may have (default 2000)")
+    bound.add_argument("--max-source-chars", type=int, default=200_000,
+                       help="longest cell source of a submission (default 200000)")
     pg.add_argument(
         "--no-guard",
         action="store_true",

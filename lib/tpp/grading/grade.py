@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpp.grading import sandbox
+from tpp.grading import bounds, sandbox
 from tpp.grading.inputs import Item, collect, safe_name
 from tpp.grading.notebook import Master, find_masters, parse_master
 from tpp.grading.reference import (  # noqa: F401 - re-exported
@@ -84,6 +84,15 @@ class GradeOptions:
     sandbox: bool = True  # run kernels in bubblewrap (tpp.grading.sandbox)
     allow_unsandboxed: bool = False  # grade without the sandbox where bwrap cannot run
     cache_dir: Path | None = None  # reference cache (default: the user's cache folder)
+    budget_s: float = 600.0  # wall-clock seconds per submission (restarts, replays included)
+    disk_mb: int = 256  # each writable filesystem of a kernel
+    nproc: int = 64  # processes + threads of a sandbox
+    cpus: float = 1.0  # CPU cores of a sandbox (cgroup quota)
+    max_message_mb: int = 16  # largest kernel message the grader accepts
+    max_notebook_mb: float = 10.0  # largest submission file
+    max_cells: int = 2_000  # most cells per submission
+    max_source_chars: int = 200_000  # longest cell source
+    cgroups: bool = False  # bound each sandbox with a cgroup (opt-in: see the instructors' page)
 
     def limits(self) -> Limits:
         if self.timeout <= 0:
@@ -99,12 +108,27 @@ class GradeOptions:
                     "the in-kernel guard only (not for credit: see the instructors' page)"
                 )
             use_box = False
+        for name in ("budget_s", "disk_mb", "nproc", "cpus", "max_message_mb", "max_notebook_mb",
+                     "max_cells", "max_source_chars", "memory_mb", "cpu_seconds"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0: pass "
+                                 f"--{name.replace('_', '-').removesuffix('-s')} with a positive "
+                                 "value (see tpp grade --help)")  # fmt: skip
         return Limits(
             timeout=self.timeout,
             memory_mb=self.memory_mb,
             cpu_seconds=self.cpu_seconds,
             guard=self.guard,
             sandbox=use_box,
+            budget_s=self.budget_s,
+            disk_mb=self.disk_mb,
+            nproc=self.nproc,
+            cpus=self.cpus,
+            cgroup=bounds.detect()[0] if self.cgroups and use_box else "",
+            max_message_mb=self.max_message_mb,
+            max_notebook_mb=self.max_notebook_mb,
+            max_cells=self.max_cells,
+            max_source_chars=self.max_source_chars,
         )
 
 
@@ -119,6 +143,7 @@ class Summary:
     seconds: float = 0.0
     sandboxed: bool = True
     write_errors: list[str] = field(default_factory=list)  # results that could not be written
+    bounded: str = ""  # why the sandbox is bounded per process only ("" when by a cgroup)
 
     def describe(self) -> str:
         counts = Counter(r["status"] for r in self.rows)
@@ -133,6 +158,7 @@ class Summary:
             + (f"; RESULTS NOT WRITTEN for {len(self.write_errors)} ({self.write_errors[0]})"
                if self.write_errors else "")
             + ("" if self.sandboxed else "; WITHOUT the OS sandbox (not for credit)")
+            + (f"; {self.bounded}" if self.bounded else "")
         )
 
 
@@ -261,7 +287,9 @@ def _grade_items(
     started = time.monotonic()
     rows: dict[str, dict[str, Any]] = {}
     todo: list[Item] = []
-    summary = Summary(master.assignment, [], sandboxed=limits.sandbox)
+    summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
+                      bounded="" if limits.cgroup else bounds.describe()
+                      or "memory/processes bounded per process only (pass --cgroups)")
     for it in items:
         row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried

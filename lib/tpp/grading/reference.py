@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tpp.grading import bounds
 from tpp.grading.compare import SchemaError, load_record
 from tpp.grading.notebook import Master, MasterError
 from tpp.grading.run import Limits, RunOutcome, run_cells
@@ -94,6 +95,7 @@ def run_rebuilt(
     answers folder; it is deleted afterwards.
     """
     tmp = Path(tempfile.mkdtemp(prefix="tpp-grade-"))
+    mounted = bounds.mount_tmpfs(tmp, limits.disk_mb)  # the kernel's files: never the host disk
     try:
         work = tmp / "work"
         work.mkdir()
@@ -128,6 +130,8 @@ def run_rebuilt(
                 records[q.id] = f"answers not recorded ({str(exc)[:100]})"
         return rebuilt, outcome, records
     finally:
+        if mounted:
+            bounds.unmount(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

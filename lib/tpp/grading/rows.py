@@ -144,7 +144,8 @@ def _not_attempted(master: Master, answers: dict[str, str], qid: str) -> bool:
 def _grade(
     path: Path, student: str, file: str, master: Master, reference: Any, limits: Limits
 ) -> dict[str, Any]:
-    nb = read_notebook(path)
+    nb = read_notebook(path, int(limits.max_notebook_mb * 1_000_000), limits.max_cells,
+                       limits.max_source_chars)  # fmt: skip
     claimed = submitted_assignment(nb)
     if claimed is not None and claimed != master.assignment:
         raise Rejected(
@@ -259,6 +260,8 @@ def _grade(
     elif outcome.died:
         status = "kernel-died"
         reason = outcome.reason + where
+    elif getattr(outcome, "over_budget", False):
+        status, reason = "timeout", outcome.reason
     elif timeouts or outcome.hung:
         status = "timeout"
         reason = f"a cell of {', '.join(timeouts)} exceeded {limits.timeout:g} s" + (

@@ -64,11 +64,19 @@ class Rebuilt:
     missing: tuple[str, ...]  # master answer-cell ids the submission lacks
 
 
-def read_notebook(path: Path) -> dict[str, Any]:
-    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook).
+def read_notebook(
+    path: Path,
+    max_bytes: int = MAX_SUBMISSION_BYTES,
+    max_cells: int | None = None,
+    max_source_chars: int | None = None,
+) -> dict[str, Any]:
+    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook,
+    ``too-large``).
 
     Only a regular file is read (``lstat``, ``O_NOFOLLOW``, ``O_NONBLOCK``): a symbolic link,
-    FIFO, socket or device is rejected without being opened for reading.
+    FIFO, socket or device is rejected without being opened for reading. The file's size is
+    checked before it is read, the cell count and each cell's source length right after the
+    JSON is decoded — before any cell is matched or parsed as Python.
     """
     try:
         st = os.lstat(path)
@@ -77,8 +85,11 @@ def read_notebook(path: Path) -> dict[str, Any]:
     if not stat.S_ISREG(st.st_mode):
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
         raise Rejected("invalid-notebook", f"not a regular file: {kind}")
+    if st.st_size > max_bytes:
+        raise Rejected("too-large", f"the file has {st.st_size / 1e6:.1f} MB, more than the "
+                       f"{max_bytes / 1e6:g} MB allowed (--max-notebook-mb)")  # fmt: skip
     try:
-        raw = read_regular(path, MAX_SUBMISSION_BYTES)
+        raw = read_regular(path, max_bytes)
     except SchemaError as exc:
         raise Rejected("invalid-notebook", str(exc)) from None
     except OSError as exc:
@@ -95,6 +106,18 @@ def read_notebook(path: Path) -> dict[str, Any]:
         raise Rejected("invalid-notebook", f"not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise Rejected("invalid-notebook", "JSON but not a Jupyter notebook (no 'cells' list)")
+    cells = nb["cells"]
+    if max_cells is not None and len(cells) > max_cells:
+        raise Rejected("too-large", f"{len(cells)} cells, more than the {max_cells} allowed "
+                       "(--max-cells)")  # fmt: skip
+    if max_source_chars is not None:
+        for k, c in enumerate(cells):
+            src = c.get("source") if isinstance(c, dict) else None
+            n = len(src) if isinstance(src, str) else (
+                sum(len(x) for x in src if isinstance(x, str)) if isinstance(src, list) else 0)
+            if n > max_source_chars:
+                raise Rejected("too-large", f"cell {k} has {n} characters of source, more than "
+                               f"the {max_source_chars} allowed (--max-source-chars)")
     if "nbformat" in nb and nb["nbformat"] != 4:
         raise Rejected(
             "invalid-notebook", f"nbformat {nb['nbformat']!r} notebook; expected version 4"
