@@ -180,7 +180,8 @@ def test_grading_the_odd_folder_writes_one_row_per_entry_with_warnings(demo, bwr
     assert len(book) == 6 == len(summary.rows)
     by = {(r["student"], r["file"]): r for r in book}
     full = str(parse_master(demo["sol"] / "ex00_demo.ipynb").max_points)
-    assert by[("ann", "ann.ipynb")]["total"] == full and "case" in by[("ann", "ann.ipynb")]["warnings"]
+    ann = by[("ann", "ann.ipynb")]
+    assert ann["total"] == full and "case" in ann["warnings"]
     assert by[("Ann", "Ann.ipynb")]["total"] == full
     assert by[(" .ipynb", ".ipynb")]["total"] == full
     assert by[("dan", "dan.html")]["status"] == "not-a-notebook"

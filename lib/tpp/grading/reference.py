@@ -119,7 +119,9 @@ def run_rebuilt(
             )
             cell = outcome.cells[idx]
             if cell.status != "ok":
-                why = f"{cell.status}: {cell.ename}" if cell.ename else cell.status
+                from tpp.grading.rows import safe_type
+
+                why = f"{cell.status}: {safe_type(cell.ename)}" if cell.ename else cell.status
                 records[q.id] = f"answers not recorded ({why})"
                 continue
             try:

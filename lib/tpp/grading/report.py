@@ -158,7 +158,8 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], master: Master) -> None
         "title": master.title,
         "questions": [{"id": q.id, "points": q.points} for q in master.questions],
         "max": master.max_points,
-        "students": rows,
+        # no answer values: the submitted values stay in rows/ (the instructor's), wrong ones only
+        "students": [{k: v for k, v in r.items() if k != "submitted"} for r in rows],
     }
     atomic_write(out / "results.json", json.dumps(results, indent=1, sort_keys=True))
     atomic_write(out / "gradebook.csv", gradebook_csv(rows, master))

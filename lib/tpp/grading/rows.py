@@ -76,6 +76,28 @@ def show_value(v: dict[str, Any], limit: int = 80) -> str:
     return _describe(v)
 
 
+def _literals(source: str) -> set[str]:
+    """The string constants of a master cell's source (its own messages)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}  # fmt: skip
+
+
+def _check_message(res: Any, source: str) -> str:
+    """A failed public check's message: its exception's (built-in) type, and its text only when
+    that text is one of the check cell's own string constants — never text the submission
+    made (an exception's message or class name can carry anything, even a hidden cell's
+    source captured by an audit hook)."""
+    kind = safe_type(res.ename)
+    text = str(res.evalue)
+    return f"{kind}: {text}" if text and text in _literals(source) else kind
+
+
 def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:
     return {
         "student": student,
@@ -178,7 +200,8 @@ def _grade(
             res = outcome.cells[i]
             if kinds[i] == "check":
                 k_pub += 1
-                msg = f"{res.ename}: {res.evalue}".strip(": ") if res.status == "error" else ""
+                msg = _check_message(res, rebuilt.cells[i].source) if res.status == "error" \
+                    else ""  # fmt: skip
                 if res.status in ("timeout", "died", "not-run"):
                     msg = {"timeout": "timed out", "died": "the kernel died"}.get(
                         res.status, "not run"
@@ -234,10 +257,12 @@ def _grade(
             if kinds[i] == "answer" and outcome.cells[i].status == "error"
         ]
         if raised and result in ("incorrect", "error"):  # e.g. what the guard refused
-            detail = f"the answer cell raised {raised[0].ename}: {raised[0].evalue}"[:220] + (
+            detail = f"the answer cell raised {safe_type(raised[0].ename)}" + (
                 "; " + detail if detail else ""
             )
         points = q.points if result == "correct" else 0
+        if result != "incorrect":  # the right values are never kept; wrong ones for the report
+            submitted.pop(q.id, None)
         questions[q.id] = {
             "points": points,
             "max": q.points,
