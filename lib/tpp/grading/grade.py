@@ -297,7 +297,7 @@ def _grade_items(
                 row = json.loads(row_path.read_text())
                 if (
                     row.get("submission_sha256") == _sha256_file(it.path)
-                    and row.get("reference_key") == refs.key(it.student)
+                    and row.get("reference_key") == refs.key(row.get("parameters_id", it.student))
                     and row.get("guard", False) == limits.guard  # graded as protected now
                     and row.get("sandbox", False) == limits.sandbox
                     and row.get("status") not in RETRY
@@ -317,7 +317,7 @@ def _grade_items(
         row["submission_sha256"] = _sha256_file(it.path)
         row["guard"] = limits.guard
         row["sandbox"] = limits.sandbox
-        row["reference_key"] = refs.key(it.student)
+        row["reference_key"] = refs.key(row.get("parameters_id", it.student))
         rows[it.row_key] = row
         summary.graded_now.append(it.row_key)
         safe = safe_name(it.row_key)

@@ -18,6 +18,7 @@ from tpp.grading.submission import (
     Rejected,
     answer_sources,
     assigned_names,
+    parameters_id,
     read_notebook,
     submitted_assignment,
 )
@@ -181,9 +182,11 @@ def _grade(
         )
     from tpp.grading.reference import run_rebuilt  # the kernel machinery, only when grading
 
+    pid, id_warnings = parameters_id(nb, master, student)
+    warnings = [*id_warnings, *warnings]
     if callable(reference):
-        reference = reference(student)
-    rebuilt, outcome, records = run_rebuilt(master, answers, limits, student)
+        reference = reference(pid)
+    rebuilt, outcome, records = run_rebuilt(master, answers, limits, pid)
 
     questions: dict[str, Any] = {}
     submitted: dict[str, dict[str, str]] = {}
@@ -308,6 +311,7 @@ def _grade(
         "total": sum(points.values()),
         "max": master.max_points,
         "warnings": [clip(w) for w in warnings],
+        "parameters_id": pid,
         "submitted": submitted,
         "questions": questions,
     }

@@ -231,8 +231,29 @@ def parameters_of(master: Master, student: str | None) -> dict[str, Any] | None:
             choices = _params.choices_of(c.source)
             if choices is None:
                 return None
-            return _params.draw(student or "master", master.assignment, choices)
+            defaults = _params.literal_of(c.source, "DEFAULTS")
+            return _params.draw(student or "master", master.assignment, choices,
+                                defaults if isinstance(defaults, dict) else None)
     return None
+
+
+def parameters_id(nb: dict[str, Any], master: Master, submission_id: str) -> tuple[str, list[str]]:
+    """The id whose parameters grade this notebook, and warnings: the id stamped at release
+    (``metadata.tpp.student``, ``tpp assign --roster``), else the ``STUDENT_ID`` the learner
+    set in the notebook's parameters cell — exactly what ``tpp check`` uses — else (still the
+    placeholder) the submission's id, with a warning. An id that is not part of the
+    submission's id (file or LMS folder name) is a warning too."""
+    if not any(_params.TAG in c.tags for c in master.cells if c.cell_type == "code"):
+        return submission_id, []
+    chosen = _params.notebook_id(nb, {c.id for c in master.cells if _params.TAG in c.tags})
+    if chosen is None:
+        return submission_id, [f"STUDENT_ID is not set in the notebook: graded with the "
+                               f"parameters of the submission's id {submission_id[:60]!r}"]
+    warnings = []
+    if chosen.casefold() not in submission_id.casefold():
+        warnings.append(f"the notebook's id {chosen[:60]!r} is not the submission's id "
+                        f"{submission_id[:60]!r}: graded with {chosen[:60]!r}'s parameters")
+    return chosen, warnings
 
 
 def rebuild(
