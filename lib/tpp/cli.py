@@ -27,6 +27,16 @@ def _cmd_assign(args: argparse.Namespace) -> int:
         print(f"tpp assign: no folder {solutions}: pass --solutions DIR", file=sys.stderr)
         return 2
     try:
+        if args.roster:
+            from tpp.grading.assign import assign_roster
+
+            if not args.out:
+                print("tpp assign --roster: pass --out DIR for the released notebooks",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            written = assign_roster(solutions, args.roster, args.out)
+            print(f"wrote {len(written)} notebooks (one per student and assignment) to {args.out}")
+            return 0
         if args.check:
             drift = check(solutions, exercises)
             if drift:
@@ -41,6 +51,9 @@ def _cmd_assign(args: argparse.Namespace) -> int:
         changed = assign(solutions, exercises)
     except MasterError as exc:
         print(f"tpp assign: invalid master: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        print(f"tpp assign: {exc}", file=sys.stderr)
         return 2
     for name in changed:
         print(f"wrote {exercises / name}" if "(removed)" not in name else f"removed {name}")
@@ -151,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--check", action="store_true", help="only check; exit 1 if out of date")
     pa.add_argument("--solutions", help="folder of master notebooks (default: ./solutions)")
     pa.add_argument("--exercises", help="folder of generated notebooks (default: ./exercises)")
+    pa.add_argument("--roster", help="release one notebook per student: a CSV with a column "
+                    "'id' (or one id per line); their id is stamped in each notebook, so its "
+                    "numbers are theirs and tpp check and tpp grade use the same id")
+    pa.add_argument("--out", help="with --roster: the folder for the released notebooks")
     pa.set_defaults(func=_cmd_assign)
 
     pg = sub.add_parser("grade", help="grade a folder of submitted notebooks")

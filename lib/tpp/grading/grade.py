@@ -4,11 +4,16 @@ One row per submission, always. A row's ``status`` is one of
 
 - ``graded``: ran to the end; per-question points;
 - ``missing-answers``: some (or all) answer cells were not found; those questions get 0;
-- ``timeout``: a cell exceeded the per-cell timeout; that question gets 0, the others count
+- ``timeout``: a cell exceeded the per-cell timeout (that question gets 0, the others count),
+  or the submission's wall-clock budget ran out
   (a kernel that ignores the interrupt is killed and restarted, see :mod:`tpp.grading.run`);
 - ``kernel-died``: the kernel died twice in the same question (``os._exit``, a resource limit,
   garbled messages; it is retried once); that question gets 0, the others count;
 - ``invalid-notebook``: not a regular file, not UTF-8, not JSON, not a notebook;
+- ``not-a-notebook``, ``unreadable-archive``, ``duplicate-id``: see :mod:`tpp.grading.inputs`
+  (every entry of the submissions gets exactly one row);
+- ``too-large``: over the notebook size, cell count or source length caps (before parsing);
+- ``setup-failed``: a setup cell of the master raised (the environment, not the answers);
 - ``wrong-assignment``: the notebook says it belongs to another assignment;
 - ``grader-error``: a bug in the grader (reported, never hidden).
 
