@@ -97,3 +97,21 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     row = grade_submission(_write(demo, "loud", loud), demo["master"], ref, limits)
     assert row["questions"]["q1"]["result"] in ("correct", "timeout"), row
     assert row["questions"]["q2"]["result"] == "correct", row
+
+
+def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
+    """A notebook at the caps whose cells have no ids or tags: the fallback that finds an
+    answer cell by its variables parses only cells naming them (here: none)."""
+    from tpp.grading.submission import answer_sources
+
+    nb = {"cells": [{"cell_type": "code", "source": "x = 1\n" * 800} for _ in range(2000)]}
+    calls = []
+    import tpp.grading.submission as sub
+
+    real = sub.assigned_names
+    sub.assigned_names = lambda src: calls.append(1) or real(src)
+    try:
+        found, _ = answer_sources(nb, demo["master"])
+    finally:
+        sub.assigned_names = real
+    assert found == {} and len(calls) <= len(demo["master"].cells)  # the master's own only

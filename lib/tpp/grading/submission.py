@@ -167,6 +167,7 @@ def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], 
     warnings. A cell is found by id, else by tag; else an untagged code cell that assigns the
     variables the master's answer cell assigns is taken, with a warning."""
     code = _code_cells(nb)
+    _NAMES.clear()
     answer_ids = [c.id for c in master.cells if c.role == "answer"]
     by_id: dict[str, dict[str, Any]] = {}
     for c in code:
@@ -200,13 +201,18 @@ def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], 
                 found[mcell.id] = source_text(cell.get("source", ""))
             except TypeError:
                 continue
+    _NAMES.clear()
     return found, warnings
+
+
+_NAMES: dict[int, set[str]] = {}  # id(cell) -> assigned names, for one answer_sources call
 
 
 def _by_names(
     code: list[dict[str, Any]], used: set[int], master_source: str, answer_ids: list[str]
 ) -> dict[str, Any] | None:
-    """The last unused, untagged code cell assigning every variable of ``master_source``."""
+    """The last unused, untagged code cell assigning every variable of ``master_source``
+    (each submitted cell is parsed at most once per submission)."""
     want = assigned_names(master_source)
     want = {n for n in want if not n.startswith("_")}
     if not want:
@@ -215,10 +221,15 @@ def _by_names(
     for c in code:
         if id(c) in used or c.get("id") in answer_ids or _tag_question(c) is not None:
             continue
-        try:
-            names = assigned_names(source_text(c.get("source", "")))
-        except TypeError:
-            continue
+        if id(c) not in _NAMES:
+            try:
+                src = source_text(c.get("source", ""))
+            except TypeError:
+                continue
+            if not all(n in src for n in want):  # a cheap substring test before parsing
+                continue
+            _NAMES[id(c)] = assigned_names(src)
+        names = _NAMES[id(c)]
         if want <= names:
             best = c
     return best
