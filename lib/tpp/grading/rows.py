@@ -77,6 +77,24 @@ def show_value(v: dict[str, Any], limit: int = 80) -> str:
     return _describe(v)
 
 
+_GUARD_WHAT = ("reading", "writing", "opening the directory", "listing", "starting processes",
+               "ctypes", "creating links", "signalling other processes", "importing",
+               "changing the grader's guard")  # tpp.grading.guard's refusals  # fmt: skip
+_GUARD_RE = re.compile(
+    r"the grader does not allow ({})(?::? ([a-z_]{{1,20}}(?:\.[a-z_]{{1,20}}){{0,3}}))?".format(
+        "|".join(re.escape(w) for w in _GUARD_WHAT))
+)
+
+
+def guard_words(message: str) -> str:
+    """": the grader does not allow <what>[: <event>]" when ``message`` is one of the guard's
+    refusals (its fixed words and an audit event's dotted name only, no path), else ""."""
+    m = _GUARD_RE.match(str(message))
+    if not m:
+        return ""
+    return f": the grader does not allow {m.group(1)}" + (f": {m.group(2)}" if m.group(2) else "")
+
+
 def _literals(source: str) -> set[str]:
     """The string constants of a master cell's source (its own messages)."""
     import ast
@@ -261,6 +279,7 @@ def _grade(
         ]
         if raised and result in ("incorrect", "error"):  # e.g. what the guard refused
             detail = f"the answer cell raised {safe_type(raised[0].ename)}" + (
+                guard_words(raised[0].evalue)) + (
                 "; " + detail if detail else ""
             )
         points = q.points if result == "correct" else 0
