@@ -81,7 +81,8 @@ _GUARD_WHAT = ("reading", "writing", "opening the directory", "listing", "starti
                "ctypes", "creating links", "signalling other processes", "importing",
                "changing the grader's guard")  # tpp.grading.guard's refusals  # fmt: skip
 _GUARD_RE = re.compile(
-    r"the grader does not allow ({})(?::? ([a-z_]{{1,20}}(?:\.[a-z_]{{1,20}}){{0,3}}))?".format(
+    r"the grader does not allow ({}|[A-Za-z_]{{1,20}}(?:\.[A-Za-z_]{{1,20}}){{1,3}})"
+    r"(?::? ([A-Za-z_]{{1,20}}(?:\.[A-Za-z_]{{1,20}}){{0,3}}))?".format(
         "|".join(re.escape(w) for w in _GUARD_WHAT))
 )
 
