@@ -61,7 +61,9 @@ def test_check_and_grade_use_the_same_numbers(tmp_path, bwrap):
         if "parameters" in c.get("metadata", {}).get("tags", []):
             src = "".join(c["source"])
             c["source"] = re.sub(r'STUDENT_ID = "[^"]*"', f'STUDENT_ID = "{sid}"', src)
-        if c.get("id") == "4bf69215":  # q1: the GPipe bubble (P - 1) / (M + P - 1), ch. 07
+        meta = c.get("metadata", {})
+        if "answer" in meta.get("tags", []) and meta.get("tpp", {}).get("question") == "q1":
+            # q1: the GPipe bubble (P - 1) / (M + P - 1), chapter 07
             v = Fraction(p["P"] - 1, p["M"] + p["P"] - 1)
             c["source"] = f"bubble_p8_m32 = Fraction({v.numerator}, {v.denominator})\n"
     mine = tmp_path / "mine.ipynb"
