@@ -213,3 +213,29 @@ def test_repository_exercises_are_up_to_date():
     """exercises/ is exactly what `tpp assign` generates from solutions/ (run `tpp assign`)."""
     drift = check(REPO / "solutions", REPO / "exercises")
     assert not drift, "exercises/ is out of date, run `tpp assign`:\n" + drift.describe()
+
+
+def test_assign_roster_stamps_each_students_id_for_check_and_grade(tmp_path):
+    """tpp assign --roster: each student's notebook carries their id (metadata and
+    STUDENT_ID), which is the id both tpp check and tpp grade draw the numbers with."""
+    import json as _json
+
+    from tpp.cli import main as _main
+    from tpp.grading.inputs import safe_name
+    from tpp.grading.params import notebook_id
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text("name,id\nAnn Lee,al4711\nBen Ode,bo4712\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "released"
+    assert _main(["assign", "--solutions", str(repo / "solutions"), "--roster", str(roster),
+                  "--out", str(out)]) == 0  # fmt: skip
+    for sid in ("al4711", "bo4712"):
+        nb = _json.loads((out / "ex07_bubble" / f"{safe_name(sid)}.ipynb").read_text())
+        assert nb["metadata"]["tpp"]["student"] == sid
+        assert notebook_id(nb, set()) == sid
+        assert f"STUDENT_ID = {sid!r}" in "".join(
+            "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    roster.write_text("id\nal4711\nal4711\n")
+    assert _main(["assign", "--solutions", str(repo / "solutions"), "--roster", str(roster),
+                  "--out", str(out)]) == 2  # fmt: skip

@@ -288,7 +288,8 @@ def test_every_file_gets_exactly_one_row(batch):
     with open(batch["out"] / "gradebook.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == len(files)
-    assert list(table[0]) == ["student", "q1", "q2", "q3", "total", "max", "status", "reason"]
+    assert list(table[0]) == ["student", "q1", "q2", "q3", "total", "max", "status", "reason",
+                              "file", "warnings"]  # fmt: skip
     results = json.loads((batch["out"] / "results.json").read_text())
     assert len(results["students"]) == len(files) and results["max"] == 6
     for name in files:
@@ -532,7 +533,7 @@ def test_gradebook_is_spreadsheet_safe_and_matches_results(batch):
     assert "'=HYPERLINK(1)" in table
     assert table["half"] == {
         "student": "half", "q1": "0", "q2": "3", "q3": "1", "total": "4", "max": "6",
-        "status": "graded", "reason": "",
+        "status": "graded", "reason": "", "file": "half.ipynb", "warnings": "",
     }  # fmt: skip
     assert table["os_exit"]["status"] == "kernel-died"
 

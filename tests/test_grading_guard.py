@@ -179,20 +179,21 @@ def test_reading_the_master_earns_nothing(guarded):
     _expect(guarded["rows"], "read_master", NO_Q1, "reading")
     _expect(guarded["rows"], "read_repo_master", NO_Q3, "reading")
     detail = guarded["rows"]["read_master"]["questions"]["q1"]["detail"]
-    assert "solutions/ex00_demo.ipynb" in detail, detail
+    # the refusal is named; the path (text the submission chose) is not echoed (issue 20)
+    assert "the grader does not allow reading" in detail and "solutions/" not in detail, detail
 
 
 def test_reading_the_cached_reference_through_proc_earns_nothing(guarded):
     _expect(guarded["rows"], "read_reference_via_proc", NO_Q1, "reading")
     detail = guarded["rows"]["read_reference_via_proc"]["questions"]["q1"]["detail"]
-    assert "the grader does not allow reading" in detail and "results/.cache" in detail, detail
-    _expect(guarded["rows"], "read_cmdline_of_parent", NO_Q1, "reading /proc/")
+    assert "the grader does not allow reading" in detail and "results/.cache" not in detail, detail
+    _expect(guarded["rows"], "read_cmdline_of_parent", NO_Q1, "reading")
     assert list((guarded["root"] / "results" / ".cache").glob("reference-*.json"))
 
 
 def test_writing_into_the_master_or_the_library_fails_and_changes_nothing(guarded):
     _expect(guarded["rows"], "write_master", NO_Q3, "reading")  # refused before writing
-    _expect(guarded["rows"], "write_tpp", NO_Q3, "writing " + str(TPP_INIT.resolve()))
+    _expect(guarded["rows"], "write_tpp", NO_Q3, "writing")
     for path, sha in guarded["before"].items():
         assert _sha(path) == sha, path
 

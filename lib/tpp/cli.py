@@ -27,6 +27,16 @@ def _cmd_assign(args: argparse.Namespace) -> int:
         print(f"tpp assign: no folder {solutions}: pass --solutions DIR", file=sys.stderr)
         return 2
     try:
+        if args.roster:
+            from tpp.grading.assign import assign_roster
+
+            if not args.out:
+                print("tpp assign --roster: pass --out DIR for the released notebooks",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            written = assign_roster(solutions, args.roster, args.out)
+            print(f"wrote {len(written)} notebooks (one per student and assignment) to {args.out}")
+            return 0
         if args.check:
             drift = check(solutions, exercises)
             if drift:
@@ -41,6 +51,9 @@ def _cmd_assign(args: argparse.Namespace) -> int:
         changed = assign(solutions, exercises)
     except MasterError as exc:
         print(f"tpp assign: invalid master: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        print(f"tpp assign: {exc}", file=sys.stderr)
         return 2
     for name in changed:
         print(f"wrote {exercises / name}" if "(removed)" not in name else f"removed {name}")
@@ -88,6 +101,15 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         cpu_seconds=args.cpu_seconds,
         guard=not args.no_guard,
         allow_unsandboxed=args.unsandboxed,
+        budget_s=args.budget,
+        disk_mb=args.disk_mb,
+        nproc=args.nproc,
+        cpus=args.cpus,
+        cgroups=args.cgroups,
+        max_message_mb=args.max_message_mb,
+        max_notebook_mb=args.max_notebook_mb,
+        max_cells=args.max_cells,
+        max_source_chars=args.max_source_chars,
     )
     try:
         summary = grade_folder(
@@ -142,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--check", action="store_true", help="only check; exit 1 if out of date")
     pa.add_argument("--solutions", help="folder of master notebooks (default: ./solutions)")
     pa.add_argument("--exercises", help="folder of generated notebooks (default: ./exercises)")
+    pa.add_argument("--roster", help="release one notebook per student: a CSV with a column "
+                    "'id' (or one id per line); their id is stamped in each notebook, so its "
+                    "numbers are theirs and tpp check and tpp grade use the same id")
+    pa.add_argument("--out", help="with --roster: the folder for the released notebooks")
     pa.set_defaults(func=_cmd_assign)
 
     pg = sub.add_parser("grade", help="grade a folder of submitted notebooks")
@@ -163,6 +189,28 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument(
         "--cpu-seconds", type=int, default=120, help="CPU-time limit of a kernel (seconds)"
     )
+    bound = pg.add_argument_group("bounds per submission (see the instructors' page)")
+    bound.add_argument("--budget", type=float, default=600.0,
+                       help="wall-clock seconds per submission, kernel restarts and replays "
+                       "included (default 600)")  # fmt: skip
+    bound.add_argument("--disk-mb", type=int, default=256,
+                       help="size of each writable filesystem of a kernel: its shared folder "
+                       "and work folder, each a tmpfs (default 256)")  # fmt: skip
+    bound.add_argument("--nproc", type=int, default=64,
+                       help="processes + threads of a sandbox (default 64)")
+    bound.add_argument("--cpus", type=float, default=1.0,
+                       help="CPU cores of a sandbox under --cgroups v2 (default 1)")
+    bound.add_argument("--cgroups", action="store_true",
+                       help="bound memory and processes of the whole sandbox with a cgroup "
+                       "(v2, else v1; root only)")  # fmt: skip
+    bound.add_argument("--max-message-mb", type=int, default=16,
+                       help="largest message frame accepted from a kernel (default 16)")
+    bound.add_argument("--max-notebook-mb", type=float, default=10.0,
+                       help="largest submission file read (default 10)")
+    bound.add_argument("--max-cells", type=int, default=2000,
+                       help="most cells a submission may have (default 2000)")
+    bound.add_argument("--max-source-chars", type=int, default=200_000,
+                       help="longest cell source of a submission (default 200000)")
     pg.add_argument(
         "--no-guard",
         action="store_true",

@@ -150,3 +150,59 @@ def assign(solutions: str | Path, exercises: str | Path) -> list[str]:
             p.unlink()
             changed.append(f"{p.name} (removed)")
     return changed
+
+
+def read_roster(path: str | Path) -> list[str]:
+    """Student ids from a roster: a CSV whose column ``id`` (else its first column) holds them,
+    or one id per line. Raises ``ValueError`` for a roster with no ids or a repeated id."""
+    import csv
+
+    text = Path(path).read_text(encoding="utf-8-sig")
+    rows = list(csv.reader(text.splitlines()))
+    if rows and "id" in [c.strip().lower() for c in rows[0]]:
+        col = [c.strip().lower() for c in rows[0]].index("id")
+        ids = [r[col].strip() for r in rows[1:] if len(r) > col and r[col].strip()]
+    else:
+        ids = [r[0].strip() for r in rows if r and r[0].strip()]
+    if not ids:
+        raise ValueError(f"{path}: no student ids: one per line, or a CSV with a column 'id'")
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{path}: ids listed twice: {dup[:5]}: each student once")
+    return ids
+
+
+def release(master: Master, student: str) -> str:
+    """The exercise notebook released to ``student``: their id stamped in
+    ``metadata.tpp.student`` and in the parameters cell's ``STUDENT_ID`` line, so that the
+    learner sees their own numbers, and ``tpp check`` and ``tpp grade`` use the same id
+    (:func:`tpp.grading.params.notebook_id`)."""
+    import json
+
+    from tpp.grading import params
+
+    nb = json.loads(exercise_text(master))
+    nb["metadata"]["tpp"]["student"] = student
+    for c in nb["cells"]:
+        if c.get("cell_type") == "code" and params.TAG in c.get("metadata", {}).get("tags", []):
+            src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            c["source"] = params.with_student(src, student)
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def assign_roster(solutions: str | Path, roster: str | Path, out: str | Path) -> list[Path]:
+    """``tpp assign --roster FILE --out DIR``: one notebook per student and assignment,
+    ``DIR/<assignment>/<safe id>.ipynb``."""
+    from tpp.grading.inputs import safe_name
+
+    ids = read_roster(roster)
+    written = []
+    for path in find_masters(solutions):
+        master = parse_master(path)
+        folder = Path(out) / master.assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        for sid in ids:
+            dest = folder / f"{safe_name(sid)}.ipynb"
+            dest.write_text(release(master, sid), encoding="utf-8")
+            written.append(dest)
+    return written

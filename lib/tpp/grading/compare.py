@@ -246,7 +246,7 @@ def equal(student: dict[str, Any], ref: dict[str, Any], rtol: float, atol: float
     if ts == "missing":
         return False, "not defined"
     if ts == "error":
-        return False, f"could not be read: {student['why'][:200]}"
+        return False, f"could not be read: {safe_why(student['why'])}"
     if tr == "none":
         return (ts == "none"), "" if ts == "none" else f"expected None, got {_describe(student)}"
     if tr == "bool":
@@ -325,3 +325,28 @@ def _equal_arrays(
         return False, "values out of range"
     ok = bool(np.all(np.isclose(sf, rf, rtol=rtol, atol=atol, equal_nan=True)))
     return ok, "" if ok else "incorrect values"
+
+
+# The serialiser's own messages (tpp.grading.serialise): the only "why" text shown as it is.
+_OWN_WHY = (
+    "answer too large or nested too deeply", "integer too large", "string too long",
+    "array too large", "a symbolic expression, not a number: evaluate it", "answers too large",
+)  # fmt: skip
+_DTYPE_WHY = re.compile(r"numpy dtype [A-Za-z0-9<>|]{1,16} is not bool, int or float")
+
+
+def safe_why(why: str) -> str:
+    """Why an answer could not be serialised, in the grader's own words only: the text comes
+    from the student's kernel (an exception message, a class's ``__qualname__`` can carry any
+    text, e.g. a hidden cell's source captured by an audit hook), so only the serialiser's
+    fixed messages and a built-in exception type name pass."""
+    from tpp.grading.rows import safe_type
+
+    kind, _, msg = str(why).partition(": ")
+    plain = "is not a plain value (int, float, str, bool, list, dict, Fraction, numpy array)"
+    if (msg in _OWN_WHY or _DTYPE_WHY.fullmatch(msg)
+            or re.fullmatch(r"type ([A-Za-z0-9_.]{1,60}|of the submission's own class) "
+                            + re.escape(plain), msg)):  # fmt: skip
+        return f"{safe_type(kind)}: {msg}"
+    return f"{safe_type(kind)} (the value could not be recorded)"
+

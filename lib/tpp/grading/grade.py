@@ -4,11 +4,16 @@ One row per submission, always. A row's ``status`` is one of
 
 - ``graded``: ran to the end; per-question points;
 - ``missing-answers``: some (or all) answer cells were not found; those questions get 0;
-- ``timeout``: a cell exceeded the per-cell timeout; that question gets 0, the others count
+- ``timeout``: a cell exceeded the per-cell timeout (that question gets 0, the others count),
+  or the submission's wall-clock budget ran out
   (a kernel that ignores the interrupt is killed and restarted, see :mod:`tpp.grading.run`);
 - ``kernel-died``: the kernel died twice in the same question (``os._exit``, a resource limit,
   garbled messages; it is retried once); that question gets 0, the others count;
 - ``invalid-notebook``: not a regular file, not UTF-8, not JSON, not a notebook;
+- ``not-a-notebook``, ``unreadable-archive``, ``duplicate-id``: see :mod:`tpp.grading.inputs`
+  (every entry of the submissions gets exactly one row);
+- ``too-large``: over the notebook size, cell count or source length caps (before parsing);
+- ``setup-failed``: a setup cell of the master raised (the environment, not the answers);
 - ``wrong-assignment``: the notebook says it belongs to another assignment;
 - ``grader-error``: a bug in the grader (reported, never hidden).
 
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpp.grading import sandbox
+from tpp.grading import bounds, sandbox
 from tpp.grading.inputs import Item, collect, safe_name
 from tpp.grading.notebook import Master, find_masters, parse_master
 from tpp.grading.reference import (  # noqa: F401 - re-exported
@@ -44,7 +49,7 @@ from tpp.grading.reference import (  # noqa: F401 - re-exported
     reference_key,
 )
 from tpp.grading.report import atomic_write, feedback_markdown, fmt, write_outputs
-from tpp.grading.rows import empty_row, grade_submission
+from tpp.grading.rows import clip, empty_row, grade_submission
 from tpp.grading.run import Limits
 from tpp.grading.submission import (
     Rejected,
@@ -59,9 +64,16 @@ STATUSES = (
     "timeout",
     "kernel-died",
     "invalid-notebook",
+    "not-a-notebook",
+    "unreadable-archive",
+    "duplicate-id",
     "wrong-assignment",
+    "setup-failed",
+    "too-large",
     "grader-error",
 )
+# rows that a re-run grades again (never reused as "already graded")
+RETRY = ("grader-error", "setup-failed")
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,15 @@ class GradeOptions:
     sandbox: bool = True  # run kernels in bubblewrap (tpp.grading.sandbox)
     allow_unsandboxed: bool = False  # grade without the sandbox where bwrap cannot run
     cache_dir: Path | None = None  # reference cache (default: the user's cache folder)
+    budget_s: float = 600.0  # wall-clock seconds per submission (restarts, replays included)
+    disk_mb: int = 256  # each writable filesystem of a kernel
+    nproc: int = 64  # processes + threads of a sandbox
+    cpus: float = 1.0  # CPU cores of a sandbox (cgroup quota)
+    max_message_mb: int = 16  # largest kernel message the grader accepts
+    max_notebook_mb: float = 10.0  # largest submission file
+    max_cells: int = 2_000  # most cells per submission
+    max_source_chars: int = 200_000  # longest cell source
+    cgroups: bool = False  # bound each sandbox with a cgroup (opt-in: see the instructors' page)
 
     def limits(self) -> Limits:
         if self.timeout <= 0:
@@ -92,12 +113,27 @@ class GradeOptions:
                     "the in-kernel guard only (not for credit: see the instructors' page)"
                 )
             use_box = False
+        for name in ("budget_s", "disk_mb", "nproc", "cpus", "max_message_mb", "max_notebook_mb",
+                     "max_cells", "max_source_chars", "memory_mb", "cpu_seconds"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0: pass "
+                                 f"--{name.replace('_', '-').removesuffix('-s')} with a positive "
+                                 "value (see tpp grade --help)")  # fmt: skip
         return Limits(
             timeout=self.timeout,
             memory_mb=self.memory_mb,
             cpu_seconds=self.cpu_seconds,
             guard=self.guard,
             sandbox=use_box,
+            budget_s=self.budget_s,
+            disk_mb=self.disk_mb,
+            nproc=self.nproc,
+            cpus=self.cpus,
+            cgroup=bounds.detect()[0] if self.cgroups and use_box else "",
+            max_message_mb=self.max_message_mb,
+            max_notebook_mb=self.max_notebook_mb,
+            max_cells=self.max_cells,
+            max_source_chars=self.max_source_chars,
         )
 
 
@@ -111,16 +147,23 @@ class Summary:
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
     sandboxed: bool = True
+    write_errors: list[str] = field(default_factory=list)  # results that could not be written
+    bounded: str = ""  # why the sandbox is bounded per process only ("" when by a cgroup)
 
     def describe(self) -> str:
         counts = Counter(r["status"] for r in self.rows)
         per = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        warned = sum(1 for r in self.rows if r.get("warnings"))
         rate = len(self.graded_now) / self.seconds * 60 if self.seconds and self.graded_now else 0
         return (
             f"{self.assignment}: {len(self.rows)} submissions ({per}); graded "
             f"{len(self.graded_now)} in {self.seconds:.1f} s ({rate:.1f}/min), "
             f"skipped {len(self.skipped)} already graded"
+            + (f"; {warned} with warnings (gradebook column 'warnings')" if warned else "")
+            + (f"; RESULTS NOT WRITTEN for {len(self.write_errors)} ({self.write_errors[0]})"
+               if self.write_errors else "")
             + ("" if self.sandboxed else "; WITHOUT the OS sandbox (not for credit)")
+            + (f"; {self.bounded}" if self.bounded else "")
         )
 
 
@@ -182,16 +225,20 @@ class _References:
         return load_reference(self.master, self.limits, self.cache_dir, student)
 
     def key(self, student: str) -> str:
-        return reference_key(self.master, parameters_of(self.master, student))
+        try:
+            return reference_key(self.master, parameters_of(self.master, student), self.limits)
+        except ValueError:  # an id no parameters can be drawn for: its row says why
+            return ""
 
 
 def _grade_item(item: Item, master: Master, refs: _References) -> dict[str, Any]:
     if item.path is None:
-        status = "missing-answers" if "no .ipynb" in item.reason else "invalid-notebook"
-        return empty_row(item.student, item.file, master, status, item.reason)
-    row = grade_submission(item.path, master, refs, refs.limits, item.student, item.file)
-    if item.warning:
-        row["warnings"] = [item.warning, *row.get("warnings", [])]
+        row = empty_row(item.student, item.file, master, item.status or "invalid-notebook",
+                        item.reason)  # fmt: skip
+    else:
+        row = grade_submission(item.path, master, refs, refs.limits, item.student, item.file)
+    row["warnings"] = [clip(w) for w in item.warnings] + list(row.get("warnings", []))
+    row["input_warnings"] = len(item.warnings)
     return row
 
 
@@ -245,21 +292,27 @@ def _grade_items(
     started = time.monotonic()
     rows: dict[str, dict[str, Any]] = {}
     todo: list[Item] = []
-    summary = Summary(master.assignment, [], sandboxed=limits.sandbox)
+    summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
+                      bounded="" if limits.cgroup else bounds.describe()
+                      or "memory/processes bounded per process only (pass --cgroups)")
     for it in items:
-        row_path = out / "rows" / f"{safe_name(it.student)}.json"
+        row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried
             try:
                 row = json.loads(row_path.read_text())
                 if (
                     row.get("submission_sha256") == _sha256_file(it.path)
-                    and row.get("reference_key") == refs.key(it.student)
+                    and row.get("reference_key") == refs.key(row.get("parameters_id", it.student))
                     and row.get("guard", False) == limits.guard  # graded as protected now
                     and row.get("sandbox", False) == limits.sandbox
-                    and row.get("status") != "grader-error"
+                    and row.get("status") not in RETRY
+                    and row.get("file") == it.file
                 ):
-                    rows[it.student] = row
-                    summary.skipped.append(it.student)
+                    own = row.get("warnings", [])[int(row.get("input_warnings", 0)):]
+                    row["warnings"] = [clip(w) for w in it.warnings] + own  # siblings may differ
+                    row["input_warnings"] = len(it.warnings)
+                    rows[it.row_key] = row
+                    summary.skipped.append(it.row_key)
                     continue
             except (ValueError, OSError):
                 pass
@@ -269,13 +322,16 @@ def _grade_items(
         row["submission_sha256"] = _sha256_file(it.path)
         row["guard"] = limits.guard
         row["sandbox"] = limits.sandbox
-        row["reference_key"] = refs.key(it.student)
-        safe = safe_name(it.student)
-        atomic_write(out / "rows" / f"{safe}.json", json.dumps(row, indent=1, sort_keys=True))
-        atomic_write(out / "feedback" / f"{safe}.md", feedback_markdown(row, master))
-        rows[it.student] = row
-        summary.graded_now.append(it.student)
-        write_outputs(out, list(rows.values()), master)
+        row["reference_key"] = refs.key(row.get("parameters_id", it.student))
+        rows[it.row_key] = row
+        summary.graded_now.append(it.row_key)
+        safe = safe_name(it.row_key)
+        try:  # a full disk costs this run its files, never the batch (and nothing is reused)
+            atomic_write(out / "rows" / f"{safe}.json", json.dumps(row, indent=1, sort_keys=True))
+            atomic_write(out / "feedback" / f"{safe}.md", feedback_markdown(row, master))
+            write_outputs(out, list(rows.values()), master)
+        except OSError as exc:
+            summary.write_errors.append(f"{it.row_key[:60]}: {type(exc).__name__}: {exc}"[:200])
         if progress:
             progress(
                 f"[{len(summary.graded_now)}/{len(todo)}] {it.student[:60]}: {row['status']} "
@@ -290,9 +346,9 @@ def _grade_items(
             finish(it, _grade_item(it, master, refs))
     else:
         ctx = multiprocessing.get_context("spawn")
-        job = {it.student: (it, str(master_path), limits, options.cache_dir) for it in todo}
+        job = {it.row_key: (it, str(master_path), limits, options.cache_dir) for it in todo}
         with cf.ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx) as pool:
-            futures = {pool.submit(_worker, job[it.student]): it for it in todo}
+            futures = {pool.submit(_worker, job[it.row_key]): it for it in todo}
             broken: list[Item] = []
             for fut in cf.as_completed(futures):
                 it = futures[fut]
@@ -307,18 +363,21 @@ def _grade_items(
         # A killed worker breaks the pool: every submission still pending fails with it.
         # Regrade those one by one, each in a worker of its own, so that only the submission
         # that killed its worker gets an error row.
-        for it in sorted(broken, key=lambda i: i.student):
+        for it in sorted(broken, key=lambda i: i.row_key):
             with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as solo:
                 try:
-                    row = solo.submit(_worker, job[it.student]).result()
+                    row = solo.submit(_worker, job[it.row_key]).result()
                 except Exception as exc:
                     row = failed(it, f"the process grading it was killed ({type(exc).__name__})")
             finish(it, row)
-    for it in items:  # feedback for skipped rows too, in case it was deleted
-        fb = out / "feedback" / f"{safe_name(it.student)}.md"
-        if not fb.exists():
-            atomic_write(fb, feedback_markdown(rows[it.student], master))
-    write_outputs(out, list(rows.values()), master)
-    summary.rows = sorted(rows.values(), key=lambda r: r["student"])
+    try:
+        for it in items:  # feedback for skipped rows too, in case it was deleted
+            fb = out / "feedback" / f"{safe_name(it.row_key)}.md"
+            if not fb.exists():
+                atomic_write(fb, feedback_markdown(rows[it.row_key], master))
+        write_outputs(out, list(rows.values()), master)
+    except OSError as exc:
+        summary.write_errors.append(f"results: {type(exc).__name__}: {exc}"[:200])
+    summary.rows = sorted(rows.values(), key=lambda r: (r["student"], r["file"]))
     summary.seconds = time.monotonic() - started
     return summary

@@ -61,7 +61,7 @@ def kernelspec_dir(limits: Limits) -> Path:
     """A private kernelspec folder whose kernel starts through the limiting launcher."""
     guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
     key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard, limits.sandbox,
-           limits.nproc)  # fmt: skip
+           limits.nproc, limits.disk_mb)  # fmt: skip
     if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
         return _SPEC_DIRS[key]
     root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
@@ -91,6 +91,7 @@ def kernelspec_dir(limits: Limits) -> Path:
         "--memory-mb", str(limits.memory_mb),
         "--cpu-seconds", str(limits.cpu_seconds),
         "--file-mb", str(limits.file_mb),
+        "--disk-mb", str(limits.disk_mb),
         "--nproc", str(limits.nproc if limits.sandbox else 0),
         *box,
         *(["--guard", guard] if guard else []),
@@ -158,6 +159,18 @@ class FastStartClient(AsyncKernelClient):
                 break
 
     wait_for_ready = _async_wait_for_ready  # type: ignore[assignment]
+
+    max_message_bytes = 16 * 2**20  # set per run from Limits.max_message_mb
+
+    def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
+        """jupyter_client's socket, with a cap on each incoming message frame and a short
+        queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
+        grader allocates or deserialises them (the peer is disconnected; the cell times out)."""
+        import zmq
+
+        self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_bytes))  # new sockets
+        self.context.setsockopt(zmq.RCVHWM, 64)
+        return super()._create_connected_socket(channel, identity)
 
 
 def _message_size(msg: dict[str, Any]) -> int:

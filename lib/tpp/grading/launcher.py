@@ -78,9 +78,21 @@ def _outside(opts: list[str], values: dict[str, str], cmd: list[str]) -> None:
     os.execv(argv[0], argv)
 
 
+def _join_cgroup() -> None:
+    """Join the submission's cgroup(s) before anything else starts (see bounds.py)."""
+    procs = os.environ.pop("TPP_CGROUP_PROCS", "")
+    if procs:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bounds  # this folder's bounds.py; only the standard library
+
+        sys.path.pop(0)
+        bounds.join(procs)
+
+
 def main(argv: list[str]) -> None:
     if "--" not in argv:
         raise SystemExit("usage: launcher.py [--memory-mb M] [--cpu-seconds S] -- CMD...")
+    _join_cgroup()
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
     values = dict(zip(opts[::2], opts[1::2], strict=False))
@@ -93,7 +105,7 @@ def main(argv: list[str]) -> None:
 
         conn = cmd[cmd.index("-f") + 1]
         cmd[cmd.index("-f") + 1] = sandbox.enter(
-            os.path.dirname(conn), int(values["--inside"]), conn
+            os.path.dirname(conn), int(values["--inside"]), conn, int(values.get("--disk-mb", 256))
         )
     _set_limits(values)
     if int(values.get("--nproc", 0)) > 0:

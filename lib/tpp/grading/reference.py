@@ -9,6 +9,7 @@ reference per parameter set, cached by the parameters' hash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -19,12 +20,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tpp.grading import bounds
 from tpp.grading.compare import SchemaError, load_record
 from tpp.grading.notebook import Master, MasterError
 from tpp.grading.run import Limits, RunOutcome, run_cells
 from tpp.grading.submission import Rebuilt, parameters_of, rebuild
 
-GRADER_VERSION = "2"
+GRADER_VERSION = "3"
+# the limits a reference was computed under (a master that imports numpy at 2 GiB may fail at
+# 600 MiB): part of the cache key, so that a run at other limits recomputes (or refuses)
+KEY_LIMITS = ("timeout", "memory_mb", "cpu_seconds", "file_mb", "output_bytes", "guard",
+              "sandbox", "nproc", "disk_mb", "cgroup")  # fmt: skip
 
 
 def default_cache_dir() -> Path:
@@ -36,6 +42,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "tpp" / "grade"
 
 
+@functools.lru_cache(maxsize=1)
 def _library_hash() -> str:
     """A hash of the ``tpp`` sources: the reference depends on the library the master uses."""
     import tpp
@@ -48,11 +55,31 @@ def _library_hash() -> str:
     return h.hexdigest()
 
 
-def reference_key(master: Master, params: dict[str, Any] | None = None) -> str:
-    """Content hash deciding whether a cached reference is still valid."""
+@functools.lru_cache(maxsize=1)
+def _versions() -> str:
+    """Versions of the libraries a master's values depend on (numpy, sympy, the tpp package)."""
+    from importlib import metadata
+
+    out = []
+    for name in ("numpy", "sympy", "tpp"):
+        try:
+            out.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{name}=-")
+    return ",".join(out)
+
+
+def reference_key(
+    master: Master, params: dict[str, Any] | None = None, limits: Limits | None = None
+) -> str:
+    """Content hash deciding whether a cached reference is still valid: the master's bytes,
+    the ``tpp`` sources, the library versions, the Python version, the student's parameters
+    and the limits (:data:`KEY_LIMITS`) it was computed under."""
     h = hashlib.sha256()
+    lim = {k: getattr(limits, k, None) for k in KEY_LIMITS} if limits is not None else {}
     parts = (GRADER_VERSION, master.sha256, _library_hash(), platform.python_version(),
-             json.dumps(params or {}, sort_keys=True))  # fmt: skip
+             _versions(), json.dumps(params or {}, sort_keys=True),
+             json.dumps(lim, sort_keys=True, default=str))  # fmt: skip
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")
@@ -68,6 +95,7 @@ def run_rebuilt(
     answers folder; it is deleted afterwards.
     """
     tmp = Path(tempfile.mkdtemp(prefix="tpp-grade-"))
+    mounted = bounds.mount_tmpfs(tmp, limits.disk_mb)  # the kernel's files: never the host disk
     try:
         work = tmp / "work"
         work.mkdir()
@@ -91,7 +119,9 @@ def run_rebuilt(
             )
             cell = outcome.cells[idx]
             if cell.status != "ok":
-                why = f"{cell.status}: {cell.ename}" if cell.ename else cell.status
+                from tpp.grading.rows import safe_type
+
+                why = f"{cell.status}: {safe_type(cell.ename)}" if cell.ename else cell.status
                 records[q.id] = f"answers not recorded ({why})"
                 continue
             try:
@@ -102,6 +132,8 @@ def run_rebuilt(
                 records[q.id] = f"answers not recorded ({str(exc)[:100]})"
         return rebuilt, outcome, records
     finally:
+        if mounted:
+            bounds.unmount(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -160,7 +192,7 @@ def load_reference(
     """The master's reference values for ``student``'s parameters (if the master has any),
     cached in ``cache_dir`` by content hash."""
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    key = reference_key(master, parameters_of(master, student))
+    key = reference_key(master, parameters_of(master, student), limits)
     path = cache_dir / f"reference-{key[:32]}.json"
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:

@@ -88,7 +88,8 @@ def csv_cell(value: Any) -> str:
 def gradebook_csv(rows: list[dict[str, Any]], master: Master) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["student", *[q.id for q in master.questions], "total", "max", "status", "reason"])
+    w.writerow(["student", *[q.id for q in master.questions], "total", "max", "status", "reason",
+                "file", "warnings"])  # fmt: skip
     for r in rows:
         w.writerow(
             [
@@ -98,6 +99,8 @@ def gradebook_csv(rows: list[dict[str, Any]], master: Master) -> str:
                 fmt(r["max"]),
                 r["status"],
                 csv_cell(_clean(r["reason"], 200)),
+                csv_cell(_clean(r.get("file", ""), 200)),
+                csv_cell(" | ".join(_clean(w, 200) for w in r.get("warnings", []))),
             ]
         )
     return out.getvalue()
@@ -149,13 +152,14 @@ def class_report_markdown(report: list[dict[str, Any]], master: Master) -> str:
 
 
 def write_outputs(out: Path, rows: list[dict[str, Any]], master: Master) -> None:
-    rows = sorted(rows, key=lambda r: r["student"])
+    rows = sorted(rows, key=lambda r: (r["student"], r.get("file", "")))
     results = {
         "assignment": master.assignment,
         "title": master.title,
         "questions": [{"id": q.id, "points": q.points} for q in master.questions],
         "max": master.max_points,
-        "students": rows,
+        # no answer values: the submitted values stay in rows/ (the instructor's), wrong ones only
+        "students": [{k: v for k, v in r.items() if k != "submitted"} for r in rows],
     }
     atomic_write(out / "results.json", json.dumps(results, indent=1, sort_keys=True))
     atomic_write(out / "gradebook.csv", gradebook_csv(rows, master))

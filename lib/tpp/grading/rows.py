@@ -7,6 +7,7 @@ by number only, and they run without being stored in the kernel's input history 
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from tpp.grading.submission import (
     Rejected,
     answer_sources,
     assigned_names,
+    parameters_id,
     read_notebook,
     submitted_assignment,
 )
@@ -37,6 +39,20 @@ WORDING = {
     "not-run": "not run: an earlier failure stopped the notebook",
 }
 DETAIL_CHARS = 300
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def safe_type(name: str) -> str:
+    """A short exception or type name fit for feedback: a built-in one as it is, anything
+    else (student-controlled: a class's ``__qualname__`` may carry any text) as "an error"."""
+    import builtins
+
+    name = str(name)
+    if _TYPE_NAME.fullmatch(name) and isinstance(getattr(builtins, name, None), type):
+        return name
+    if name in ("CheckFailed", "GuardError", "UnpicklingError", "LinAlgError"):
+        return name
+    return "an exception of the submission's own class"
 
 
 def clip(text: str, limit: int = DETAIL_CHARS) -> str:
@@ -59,6 +75,47 @@ def show_value(v: dict[str, Any], limit: int = 80) -> str:
     if t == "error":
         return clip(f"(error: {v.get('why', '')})", limit)
     return _describe(v)
+
+
+_GUARD_WHAT = ("reading", "writing", "opening the directory", "listing", "starting processes",
+               "ctypes", "creating links", "signalling other processes", "importing",
+               "changing the grader's guard")  # tpp.grading.guard's refusals  # fmt: skip
+_GUARD_RE = re.compile(
+    r"the grader does not allow ({}|[A-Za-z_]{{1,20}}(?:\.[A-Za-z_]{{1,20}}){{1,3}})"
+    r"(?::? ([A-Za-z_]{{1,20}}(?:\.[A-Za-z_]{{1,20}}){{0,3}}))?".format(
+        "|".join(re.escape(w) for w in _GUARD_WHAT))
+)
+
+
+def guard_words(message: str) -> str:
+    """": the grader does not allow <what>[: <event>]" when ``message`` is one of the guard's
+    refusals (its fixed words and an audit event's dotted name only, no path), else ""."""
+    m = _GUARD_RE.match(str(message))
+    if not m:
+        return ""
+    return f": the grader does not allow {m.group(1)}" + (f": {m.group(2)}" if m.group(2) else "")
+
+
+def _literals(source: str) -> set[str]:
+    """The string constants of a master cell's source (its own messages)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}  # fmt: skip
+
+
+def _check_message(res: Any, source: str) -> str:
+    """A failed public check's message: its exception's (built-in) type, and its text only when
+    that text is one of the check cell's own string constants — never text the submission
+    made (an exception's message or class name can carry anything, even a hidden cell's
+    source captured by an audit hook)."""
+    kind = safe_type(res.ename)
+    text = str(res.evalue)
+    return f"{kind}: {text}" if text and text in _literals(source) else kind
 
 
 def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:
@@ -129,7 +186,8 @@ def _not_attempted(master: Master, answers: dict[str, str], qid: str) -> bool:
 def _grade(
     path: Path, student: str, file: str, master: Master, reference: Any, limits: Limits
 ) -> dict[str, Any]:
-    nb = read_notebook(path)
+    nb = read_notebook(path, int(limits.max_notebook_mb * 1_000_000), limits.max_cells,
+                       limits.max_source_chars)  # fmt: skip
     claimed = submitted_assignment(nb)
     if claimed is not None and claimed != master.assignment:
         raise Rejected(
@@ -143,9 +201,11 @@ def _grade(
         )
     from tpp.grading.reference import run_rebuilt  # the kernel machinery, only when grading
 
+    pid, id_warnings = parameters_id(nb, master, student)
+    warnings = [*id_warnings, *warnings]
     if callable(reference):
-        reference = reference(student)
-    rebuilt, outcome, records = run_rebuilt(master, answers, limits, student)
+        reference = reference(pid)
+    rebuilt, outcome, records = run_rebuilt(master, answers, limits, pid)
 
     questions: dict[str, Any] = {}
     submitted: dict[str, dict[str, str]] = {}
@@ -162,7 +222,8 @@ def _grade(
             res = outcome.cells[i]
             if kinds[i] == "check":
                 k_pub += 1
-                msg = f"{res.ename}: {res.evalue}".strip(": ") if res.status == "error" else ""
+                msg = _check_message(res, rebuilt.cells[i].source) if res.status == "error" \
+                    else ""  # fmt: skip
                 if res.status in ("timeout", "died", "not-run"):
                     msg = {"timeout": "timed out", "died": "the kernel died"}.get(
                         res.status, "not run"
@@ -218,10 +279,13 @@ def _grade(
             if kinds[i] == "answer" and outcome.cells[i].status == "error"
         ]
         if raised and result in ("incorrect", "error"):  # e.g. what the guard refused
-            detail = f"the answer cell raised {raised[0].ename}: {raised[0].evalue}"[:220] + (
+            detail = f"the answer cell raised {safe_type(raised[0].ename)}" + (
+                guard_words(raised[0].evalue)) + (
                 "; " + detail if detail else ""
             )
         points = q.points if result == "correct" else 0
+        if result != "incorrect":  # the right values are never kept; wrong ones for the report
+            submitted.pop(q.id, None)
         questions[q.id] = {
             "points": points,
             "max": q.points,
@@ -234,9 +298,18 @@ def _grade(
     for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
         if res.status in ("died", "timeout") and not where:
             where = f" in {cell.kind} cell of {cell.question or 'the setup'}"
-    if outcome.died:
+    setup = [(c, r) for c, r in zip(rebuilt.cells, outcome.cells, strict=True)
+             if c.kind == "setup" and r.status == "error"]  # fmt: skip
+    if setup:  # the master's own cell failed: the environment (a limit, an import), not a score
+        cell, res = setup[0]
+        status = "setup-failed"
+        reason = (f"setup cell {cell.master_id} raised {safe_type(res.ename)}: the grading "
+                  "environment failed (a limit, a missing library); fix it and grade again")
+    elif outcome.died:
         status = "kernel-died"
         reason = outcome.reason + where
+    elif getattr(outcome, "over_budget", False):
+        status, reason = "timeout", outcome.reason
     elif timeouts or outcome.hung:
         status = "timeout"
         reason = f"a cell of {', '.join(timeouts)} exceeded {limits.timeout:g} s" + (
@@ -258,6 +331,7 @@ def _grade(
         "total": sum(points.values()),
         "max": master.max_points,
         "warnings": [clip(w) for w in warnings],
+        "parameters_id": pid,
         "submitted": submitted,
         "questions": questions,
     }

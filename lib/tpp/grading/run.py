@@ -34,8 +34,10 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
+from tpp.grading import bounds
 from tpp.grading.kernelspec import (
     KERNEL_NAME,
+    FastStartClient,
     GraderClient,
     guard_config,  # noqa: F401 - re-exported
     kernelspec_dir,
@@ -68,8 +70,16 @@ class Limits:
     guard: bool = True
     protect: tuple[str, ...] = ()  # extra read-protected folders (solutions, results)
     sandbox: bool = True  # run each kernel in bubblewrap (see tpp.grading.sandbox)
-    nproc: int = 64  # processes + threads of a sandboxed kernel
-    startup_timeout: float = 30.0  # seconds for a kernel to start and answer
+    nproc: int = 64  # processes + threads of a sandboxed kernel (the whole sandbox: cgroup)
+    startup_timeout: float = 30.0  # seconds for a kernel to start (scaled with the load)
+    budget_s: float = 600.0  # wall-clock seconds per submission, restarts and replays included
+    disk_mb: int = 256  # each writable filesystem of the kernel (shared folder, work, /tmp)
+    cpus: float = 1.0  # CPU bandwidth of the whole sandbox (cgroup cpu quota), in cores
+    cgroup: str = ""  # "v1" / "v2": memory, pids and CPU bounded for the whole sandbox
+    max_message_mb: int = 16  # largest kernel message frame the grader accepts (zmq)
+    max_notebook_mb: float = 10.0  # largest submission file read
+    max_cells: int = 2_000  # most cells a submission may have
+    max_source_chars: int = 200_000  # longest cell source of a submission
 
 
 @dataclass
@@ -88,6 +98,7 @@ class RunOutcome:
     cells: list[CellOutcome]
     died: bool = False
     hung: bool = False
+    over_budget: bool = False  # the submission's wall-clock budget ran out
     reason: str = ""
     duration_s: float = 0.0
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -151,6 +162,7 @@ def run_cells(
         cell.metadata["private"] = bool(hide)  # not stored in the kernel's history (In, _ih)
     result = RunOutcome([CellOutcome("not-run") for _ in sources])
     start = time.monotonic()
+    deadline = start + limits.budget_s  # one budget for the submission: restarts, replays
     failed: set[str] = set()
     retried: set[object] = set()
     failures: list[tuple[str, str]] = []
@@ -164,10 +176,14 @@ def run_cells(
             and result.cells[j].status in ("ok", "error")
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
-        stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups)
+        stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups,
+                               deadline)  # fmt: skip
         if event is None:
             break
         kind, reason = event
+        if kind == "budget":
+            failures.append((kind, reason))
+            break
         g = groups[stop] if stop >= 0 else None
         if kind == "tainted":  # g is over, but its kernel may be unusable: a new one for the rest
             failed.add(g)  # type: ignore[arg-type]
@@ -188,6 +204,7 @@ def run_cells(
         pos = stop + 1
     result.died = any(k == "died" for k, _ in failures)
     result.hung = any(k == "hung" for k, _ in failures)
+    result.over_budget = any(k == "budget" for k, _ in failures)
     result.reason = failures[0][1] if failures else ""
     result.duration_s = time.monotonic() - start
     result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
@@ -202,6 +219,7 @@ def _session(
     limits: Limits,
     outcomes: list[CellOutcome],
     groups: list[str | None] | None = None,
+    deadline: float = math.inf,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
@@ -214,6 +232,19 @@ def _session(
     """
     groups = groups if groups is not None else [None] * len(nb.cells)
     tainted: str | None = None
+    budget = ("budget", f"the submission's time budget of {limits.budget_s:g} s ran out "
+              "(restarts and replays included)")  # fmt: skip
+
+    def cell_timeout() -> int | None:
+        """Seconds for the next cell: the per-cell timeout, or what is left of the budget."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        client.timeout = max(1, math.ceil(min(limits.timeout, left)))
+        return client.timeout
+
+    if deadline - time.monotonic() <= 0:
+        return -1, budget
     replies: dict[int, dict[str, Any]] = {}
 
     def on_executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None) -> None:
@@ -243,18 +274,28 @@ def _session(
         allow_errors=True,
         interrupt_on_timeout=False,
         record_timing=False,
-        startup_timeout=max(1, math.ceil(limits.startup_timeout)),
+        startup_timeout=max(1, math.ceil(min(startup_wait(limits.startup_timeout),
+                                             max(1.0, deadline - time.monotonic())))),
         shutdown_kernel="immediate",
         log=_LOG,
     )
     client.on_cell_executed = on_executed
     pids: list[psutil.Process] = []
     pgid: int | None = None
+    group = None
+    if limits.cgroup:
+        try:
+            group = bounds.Group(limits.cgroup, limits.memory_mb, limits.nproc, limits.cpus)
+        except OSError as exc:  # the run says so; the rlimits still hold
+            _LOG.warning("no cgroup for this kernel: %s", exc)
+    FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
     kernel: psutil.Process | None = None
     stop, event = -1, None
     finished = False
     try:
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if group is not None:
+            quiet["env"] = {**os.environ, **group.env}
         with client.setup_kernel(cwd=str(workdir), **quiet):
             kernel_pid = getattr(km.provisioner, "pid", None)
             pgid = getattr(km.provisioner, "pgid", None)
@@ -263,6 +304,8 @@ def _session(
             except psutil.Error:
                 kernel = None
             for j in replay:
+                if cell_timeout() is None:
+                    return -1, budget
                 try:
                     client.execute_cell(
                         nb.cells[j], j, store_history=not nb.cells[j].metadata.get("private")
@@ -276,6 +319,10 @@ def _session(
                     event = ("tainted", f"question {tainted} left the kernel unusable")
                     break
                 stop = i
+                if cell_timeout() is None:
+                    event = budget
+                    pids = _descendants(kernel)
+                    break
                 try:
                     client.execute_cell(
                         nb.cells[i], i, store_history=not nb.cells[i].metadata.get("private")
@@ -292,6 +339,10 @@ def _session(
                     break
                 except CellTimeoutError:
                     outcomes[i] = CellOutcome("timeout")
+                    if deadline - time.monotonic() <= 0.5:
+                        event = budget
+                        pids = _descendants(kernel)
+                        break
                     if not _recover(client, km, i):
                         event = ("hung", "the kernel did not stop after a timeout and an interrupt")
                         pids = _descendants(kernel)
@@ -319,6 +370,10 @@ def _session(
     except RuntimeError as exc:  # the kernel did not start
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:
+        if group is not None:
+            if event is not None and event[0] == "died" and group.out_of_memory():
+                event = ("died", f"the sandbox reached its memory limit of {limits.memory_mb} MiB")
+            group.close()
         _kill_tree(pids)
         _kill_group(pgid, kernel)
         _kill_adopted(adopted_before)
@@ -352,6 +407,16 @@ def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:
         return False
     finally:
         client.nb.cells[index] = original
+
+
+def startup_wait(seconds: float) -> float:
+    """A start-up wait that scales with the machine's load: ``seconds`` times the 1-minute load
+    average per core (at least 1), so that a busy machine makes grading slower, never wrong."""
+    try:
+        load = os.getloadavg()[0] / cpu_count()
+    except OSError:  # pragma: no cover - no load average
+        load = 1.0
+    return seconds * max(1.0, load)
 
 
 def cpu_count() -> int:

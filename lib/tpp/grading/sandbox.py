@@ -9,7 +9,9 @@ and UTS namespaces, as an unprivileged uid of its own, and sees only:
   grader and only this kernel meet: the connection file, the kernel's Unix sockets (Jupyter's
   ``ipc`` transport), the answers files; and ``work/`` in it, over which a fresh ``tmpfs`` is
   mounted ``noexec,nosuid,nodev`` (so a compiled extension written there cannot be loaded);
-- a fresh ``/tmp``, ``/dev`` and ``/proc`` (its own processes only).
+- a fresh ``/dev`` and ``/proc`` (its own processes only), and a ``/tmp`` it cannot write to
+  (``TMPDIR`` is ``work/``, a ``tmpfs`` of ``Limits.disk_mb``; the shared folder is a sized
+  ``tmpfs`` too, see :mod:`tpp.grading.bounds`).
 
 Not mounted at all: ``solutions/``, the results and cache folders, the course repository, the
 host ``/tmp`` (other kernels' folders and connection files), ``/root``, ``/home``.
@@ -87,7 +89,9 @@ def bwrap_argv(shared: str, config: dict, inner: list[str]) -> list[str]:
         argv += ["--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     else:
         argv += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # no tmpfs on /tmp: it would be unbounded (bwrap 0.8 has no size option); /tmp is a
+    # root-owned folder of the sandbox's root, and TMPDIR is the private, sized work/ folder
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/tmp"]
     parents: set[str] = set()
     for r in [*config["ro"], shared]:
         d = os.path.dirname(r)
@@ -153,8 +157,8 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _mount_private(path: str, owner: int) -> None:
-    opts = f"size=256m,mode=0700,uid={owner},gid={owner}".encode()
+def _mount_private(path: str, owner: int, size_mb: int = 256, mode: str = "0700") -> None:
+    opts = f"size={int(size_mb)}m,mode={mode},uid={owner},gid={owner}".encode()
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
     if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", flags, opts) != 0:
         err = ctypes.get_errno()
@@ -175,15 +179,16 @@ def _drop_capabilities() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def enter(shared: str, uid: int, connection_file: str) -> str:
-    """Inside ``bwrap``: mount ``shared/work`` private and ``noexec``, become ``uid``, lose
-    every capability. Returns the connection file the kernel should read."""
+def enter(shared: str, uid: int, connection_file: str, disk_mb: int = 256) -> str:
+    """Inside ``bwrap``: mount ``shared/work`` private, ``noexec`` and of ``disk_mb`` MiB,
+    become ``uid``, lose every capability. Returns the connection file
+    the kernel should read."""
     work = os.path.join(shared, WORK)
     libc = _libc()
     if os.getuid() == 0:  # root mode: mount with bwrap's capabilities, then drop to uid
         with open(connection_file, "rb") as fh:
             conn = fh.read()
-        _mount_private(work, uid)
+        _mount_private(work, uid, disk_mb)
         own = os.path.join(work, ".kernel.json")
         fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
@@ -201,7 +206,7 @@ def enter(shared: str, uid: int, connection_file: str) -> str:
                            ("gid_map", f"{os.getgid()} {os.getgid()} 1")):  # fmt: skip
             with open(f"/proc/self/{name}", "w") as fh:
                 fh.write(text)
-        _mount_private(work, me)
+        _mount_private(work, me, disk_mb)
         _drop_capabilities()
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs failed")

@@ -46,6 +46,7 @@ class Report:
     answer_cells: int = 0
     problems: list[str] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
+    student_id: str = ""  # the id the parameters are drawn with (as the grader will)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +54,9 @@ class Report:
 
     def describe(self) -> str:
         lines = [f"assignment {self.assignment}: {self.title}"]
+        if self.student_id:
+            lines.append(f"your numbers are drawn with STUDENT_ID {self.student_id!r}, as the "
+                         "grader will draw them")  # fmt: skip
         present = self.answer_cells - sum(1 for p in self.problems if p.startswith("missing"))
         lines.append(f"answer cells: {present} of {self.answer_cells} present")
         lines += [f"  ✗ {p}" for p in self.problems]
@@ -178,6 +182,19 @@ def check_notebook(path: str | Path, course: str | Path | None = None,
     answers = _match_answers(nb, ref, report.problems)
 
     run = nbformat.reads(json.dumps(ref), as_version=4)
+    from tpp.grading import params as _params
+
+    param_cells = [c for c in run.cells if c.cell_type == "code" and _params.TAG in _tags(c)]
+    if param_cells:  # the grader's rule (params.notebook_id): the same id, the same numbers
+        sid = _params.notebook_id(nb, {c.get("id") for c in param_cells})
+        if sid is None:
+            report.problems.append(
+                "STUDENT_ID is not set (still 'your-id'): set it to your id on the learning "
+                "platform in the first code cell; the grader draws your numbers from it"
+            )
+        for c in param_cells:
+            c.source = _params.with_student(c.source, sid or _params.PLACEHOLDER)
+        report.student_id = sid or ""
     for cell in run.cells:
         if "answer" in _tags(cell):
             cell.source = answers.get(cell.get("id"), 'raise NotImplementedError("missing")')

@@ -91,8 +91,10 @@ def _tpp_grader_serialise_{nonce}():
             if getattr(v, "is_Boolean", False) and v in (True, False):
                 return {{"t": "bool", "v": bool(v)}}
             raise ValueError("a symbolic expression, not a number: evaluate it")
-        raise ValueError("type %s.%s is not a plain value (int, float, str, bool, list, "
-                         "dict, Fraction, numpy array)" % (mod, t.__qualname__))
+        _known = mod in ("builtins", "numpy", "fractions", "decimal", "datetime", "collections")
+        raise ValueError("type %s is not a plain value (int, float, str, bool, list, dict, "
+                         "Fraction, numpy array)" % (mod + "." + t.__name__ if _known and
+                         t.__name__.isidentifier() else "of the submission's own class"))
 
     _out = {{}}
     for _name in {names!r}:

@@ -64,11 +64,19 @@ class Rebuilt:
     missing: tuple[str, ...]  # master answer-cell ids the submission lacks
 
 
-def read_notebook(path: Path) -> dict[str, Any]:
-    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook).
+def read_notebook(
+    path: Path,
+    max_bytes: int = MAX_SUBMISSION_BYTES,
+    max_cells: int | None = None,
+    max_source_chars: int | None = None,
+) -> dict[str, Any]:
+    """Parse a submission as a notebook dict, or raise :class:`Rejected` (invalid-notebook,
+    ``too-large``).
 
     Only a regular file is read (``lstat``, ``O_NOFOLLOW``, ``O_NONBLOCK``): a symbolic link,
-    FIFO, socket or device is rejected without being opened for reading.
+    FIFO, socket or device is rejected without being opened for reading. The file's size is
+    checked before it is read, the cell count and each cell's source length right after the
+    JSON is decoded — before any cell is matched or parsed as Python.
     """
     try:
         st = os.lstat(path)
@@ -77,8 +85,11 @@ def read_notebook(path: Path) -> dict[str, Any]:
     if not stat.S_ISREG(st.st_mode):
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
         raise Rejected("invalid-notebook", f"not a regular file: {kind}")
+    if st.st_size > max_bytes:
+        raise Rejected("too-large", f"the file has {st.st_size / 1e6:.1f} MB, more than the "
+                       f"{max_bytes / 1e6:g} MB allowed (--max-notebook-mb)")  # fmt: skip
     try:
-        raw = read_regular(path, MAX_SUBMISSION_BYTES)
+        raw = read_regular(path, max_bytes)
     except SchemaError as exc:
         raise Rejected("invalid-notebook", str(exc)) from None
     except OSError as exc:
@@ -95,6 +106,18 @@ def read_notebook(path: Path) -> dict[str, Any]:
         raise Rejected("invalid-notebook", f"not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise Rejected("invalid-notebook", "JSON but not a Jupyter notebook (no 'cells' list)")
+    cells = nb["cells"]
+    if max_cells is not None and len(cells) > max_cells:
+        raise Rejected("too-large", f"{len(cells)} cells, more than the {max_cells} allowed "
+                       "(--max-cells)")  # fmt: skip
+    if max_source_chars is not None:
+        for k, c in enumerate(cells):
+            src = c.get("source") if isinstance(c, dict) else None
+            n = len(src) if isinstance(src, str) else (
+                sum(len(x) for x in src if isinstance(x, str)) if isinstance(src, list) else 0)
+            if n > max_source_chars:
+                raise Rejected("too-large", f"cell {k} has {n} characters of source, more than "
+                               f"the {max_source_chars} allowed (--max-source-chars)")
     if "nbformat" in nb and nb["nbformat"] != 4:
         raise Rejected(
             "invalid-notebook", f"nbformat {nb['nbformat']!r} notebook; expected version 4"
@@ -144,6 +167,7 @@ def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], 
     warnings. A cell is found by id, else by tag; else an untagged code cell that assigns the
     variables the master's answer cell assigns is taken, with a warning."""
     code = _code_cells(nb)
+    _NAMES.clear()
     answer_ids = [c.id for c in master.cells if c.role == "answer"]
     by_id: dict[str, dict[str, Any]] = {}
     for c in code:
@@ -177,13 +201,18 @@ def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], 
                 found[mcell.id] = source_text(cell.get("source", ""))
             except TypeError:
                 continue
+    _NAMES.clear()
     return found, warnings
+
+
+_NAMES: dict[int, set[str]] = {}  # id(cell) -> assigned names, for one answer_sources call
 
 
 def _by_names(
     code: list[dict[str, Any]], used: set[int], master_source: str, answer_ids: list[str]
 ) -> dict[str, Any] | None:
-    """The last unused, untagged code cell assigning every variable of ``master_source``."""
+    """The last unused, untagged code cell assigning every variable of ``master_source``
+    (each submitted cell is parsed at most once per submission)."""
     want = assigned_names(master_source)
     want = {n for n in want if not n.startswith("_")}
     if not want:
@@ -192,10 +221,15 @@ def _by_names(
     for c in code:
         if id(c) in used or c.get("id") in answer_ids or _tag_question(c) is not None:
             continue
-        try:
-            names = assigned_names(source_text(c.get("source", "")))
-        except TypeError:
-            continue
+        if id(c) not in _NAMES:
+            try:
+                src = source_text(c.get("source", ""))
+            except TypeError:
+                continue
+            if not all(n in src for n in want):  # a cheap substring test before parsing
+                continue
+            _NAMES[id(c)] = assigned_names(src)
+        names = _NAMES[id(c)]
         if want <= names:
             best = c
     return best
@@ -208,8 +242,29 @@ def parameters_of(master: Master, student: str | None) -> dict[str, Any] | None:
             choices = _params.choices_of(c.source)
             if choices is None:
                 return None
-            return _params.draw(student or "master", master.assignment, choices)
+            defaults = _params.literal_of(c.source, "DEFAULTS")
+            return _params.draw(student or "master", master.assignment, choices,
+                                defaults if isinstance(defaults, dict) else None)
     return None
+
+
+def parameters_id(nb: dict[str, Any], master: Master, submission_id: str) -> tuple[str, list[str]]:
+    """The id whose parameters grade this notebook, and warnings: the id stamped at release
+    (``metadata.tpp.student``, ``tpp assign --roster``), else the ``STUDENT_ID`` the learner
+    set in the notebook's parameters cell — exactly what ``tpp check`` uses — else (still the
+    placeholder) the submission's id, with a warning. An id that is not part of the
+    submission's id (file or LMS folder name) is a warning too."""
+    if not any(_params.TAG in c.tags for c in master.cells if c.cell_type == "code"):
+        return submission_id, []
+    chosen = _params.notebook_id(nb, {c.id for c in master.cells if _params.TAG in c.tags})
+    if chosen is None:
+        return submission_id, [f"STUDENT_ID is not set in the notebook: graded with the "
+                               f"parameters of the submission's id {submission_id[:60]!r}"]
+    warnings = []
+    if chosen.casefold() not in submission_id.casefold():
+        warnings.append(f"the notebook's id {chosen[:60]!r} is not the submission's id "
+                        f"{submission_id[:60]!r}: graded with {chosen[:60]!r}'s parameters")
+    return chosen, warnings
 
 
 def rebuild(

@@ -1,0 +1,177 @@
+"""Bounds for a whole submission, not one process: its disk on a size-limited ``tmpfs``, and its
+memory, processes and CPU in a control group of its own.
+
+- **Disk**: the kernel's shared folder (connection file, sockets, answers files) is a fresh
+  ``tmpfs`` of ``Limits.disk_mb`` mounted by the grader (root) on the host, and the sandbox's
+  ``work/`` and ``/tmp`` are ``tmpfs`` of the same size inside it (:mod:`tpp.grading.sandbox`):
+  a kernel that fills them fills only its own, never the host disk. Without root the shared
+  folder stays on the host disk (``RLIMIT_FSIZE`` bounds each file): :func:`describe` says so.
+- **Memory, processes, CPU**: every process of the sandbox is in one cgroup (v2 where the
+  machine offers its controllers, else v1 ``memory``, ``pids``, ``cpu``), joined by the launcher
+  before it starts ``bwrap``: ``memory.max`` / ``memory.limit_in_bytes`` = ``memory_mb``,
+  ``pids.max`` = ``nproc``, a CPU quota of ``cpus`` cores. Forked children share the bound.
+  Where no cgroup is writable the per-process rlimits of :mod:`tpp.grading.launcher` remain.
+
+Only the standard library: the launcher reads :data:`ENV` itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import secrets
+import signal
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+ENV = "TPP_CGROUP_PROCS"  # ':'-separated cgroup.procs files the launcher joins
+_PARENT = "tpp-grade"
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    """Mount a ``tmpfs`` of ``size_mb`` MiB on ``path`` (root only); False where it cannot."""
+    if os.getuid() != 0 or size_mb <= 0:
+        return False
+    opts = f"size={int(size_mb)}m,mode=0700".encode()
+    flags = 2 | 4 | 8  # nosuid, nodev, noexec
+    return _libc().mount(b"tmpfs", str(path).encode(), b"tmpfs", flags, opts) == 0
+
+
+def unmount(path: Path) -> None:
+    _libc().umount2(str(path).encode(), 2)  # MNT_DETACH
+
+
+def _writable(p: Path) -> bool:
+    return p.is_dir() and os.access(p, os.W_OK)
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> tuple[str, str]:
+    """``("v2" | "v1" | "", why not)``: which cgroup hierarchy can bound a sandbox here."""
+    if os.getuid() != 0:
+        return "", "not root: no cgroup to bound the whole sandbox"
+    ctl = ROOT / "cgroup.controllers"
+    if ctl.is_file():
+        have = set(ctl.read_text().split())
+        if {"memory", "pids", "cpu"} <= have and _writable(ROOT):
+            return "v2", ""
+    unified = ROOT / "unified" / "cgroup.controllers"
+    if unified.is_file() and {"memory", "pids"} <= set(unified.read_text().split()):
+        pass  # a hybrid unified hierarchy with controllers is not used: v1 below is simpler
+    if all(_writable(ROOT / c) for c in ("memory", "pids", "cpu")):
+        return "v1", ""
+    return "", "no writable cgroup (v2 controllers or v1 memory, pids, cpu)"
+
+
+def describe() -> str:
+    """One line for the run's summary: how the sandbox is bounded."""
+    mode, why = detect()
+    disk = "" if os.getuid() == 0 else "; the kernel's shared folder is on the host disk"
+    if mode:
+        return ""
+    return f"memory/processes bounded per process only ({why}){disk}"
+
+
+class Group:
+    """One submission's cgroup(s): created, joined by the launcher, killed and removed."""
+
+    def __init__(self, mode: str, memory_mb: int, nproc: int, cpus: float) -> None:
+        self.mode = mode
+        name = f"k{secrets.token_hex(6)}"
+        self.dirs: list[Path] = []
+        if mode == "v2":
+            parent = ROOT / _PARENT
+            parent.mkdir(exist_ok=True)
+            for f in (ROOT / "cgroup.subtree_control", parent / "cgroup.subtree_control"):
+                try:
+                    f.write_text("+memory +pids +cpu")
+                except OSError:
+                    pass
+            d = parent / name
+            d.mkdir()
+            self.dirs = [d]
+            _write(d / "memory.max", str(memory_mb * 2**20))
+            _write(d / "memory.swap.max", "0")
+            _write(d / "pids.max", str(nproc))
+            _write(d / "cpu.max", f"{int(cpus * 100_000)} 100000")
+        elif mode == "v1":
+            for ctl in ("memory", "pids"):
+                parent = ROOT / ctl / _PARENT
+                parent.mkdir(exist_ok=True)
+                d = parent / name
+                d.mkdir()
+                self.dirs.append(d)
+            mem, pids = self.dirs
+            _write(mem / "memory.limit_in_bytes", str(memory_mb * 2**20))
+            _write(mem / "memory.memsw.limit_in_bytes", str(memory_mb * 2**20))
+            _write(pids / "pids.max", str(nproc))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {ENV: ":".join(str(d / "cgroup.procs") for d in self.dirs)} if self.dirs else {}
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            try:
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def out_of_memory(self) -> bool:
+        """True if the memory bound was hit (an allocation failed or a process was OOM-killed)."""
+        for d in self.dirs:
+            for name, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill"),
+                              ("memory.failcnt", "")):  # fmt: skip
+                try:
+                    text = (d / name).read_text()
+                except OSError:
+                    continue
+                if not key and text.strip() not in ("", "0"):
+                    return True
+                for line in text.splitlines():
+                    k, _, v = line.partition(" ")
+                    if k == key and v.strip() not in ("", "0"):
+                        return True
+        return False
+
+    def close(self) -> None:
+        """Kill every process left in the group, then remove it."""
+        for _ in range(50):
+            left = self.pids()
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            import time
+
+            time.sleep(0.02)
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError:
+        if path.name not in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swap acct
+            raise
+
+
+def join(env_value: str) -> None:
+    """In the launcher: move this process into the submission's cgroup(s) (:data:`ENV`)."""
+    for procs in filter(None, env_value.split(":")):
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))

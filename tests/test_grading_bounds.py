@@ -1,0 +1,117 @@
+"""Bounds per submission (issue 20), each exercised with small caps that cannot hurt the machine:
+notebook size, cell count and source length before parsing; the kernel's disk on its own tmpfs;
+one wall-clock budget per submission; a cap on kernel message size."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from tpp.grading.assign import exercise_text
+from tpp.grading.example import CORRECT, submission, write_demo_master
+from tpp.grading.notebook import parse_master
+from tpp.grading.reference import load_reference
+from tpp.grading.rows import grade_submission
+from tpp.grading.run import Limits
+from tpp.grading.submission import Rejected, read_notebook
+
+
+@pytest.fixture
+def demo(tmp_path):
+    path = write_demo_master(tmp_path / "solutions")
+    master = parse_master(path)
+    ex = json.loads(exercise_text(master))
+    return {"master": master, "ex": ex, "root": tmp_path}
+
+
+def _write(demo, name, answers):
+    p = demo["root"] / f"{name}.ipynb"
+    p.write_text(json.dumps(submission(demo["ex"], answers)))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [("cells", "cells, more than"), ("source", "characters of source"), ("bytes", "MB")],
+)
+def test_a_notebook_too_large_is_refused_before_it_is_parsed(demo, change, words):
+    nb = submission(demo["ex"], CORRECT)
+    if change == "cells":
+        nb["cells"] += [{"cell_type": "code", "source": "", "metadata": {}}] * 3000
+    elif change == "source":
+        nb["cells"].append({"cell_type": "code", "source": ["x = 1\n"] * 50_000, "metadata": {}})
+    else:
+        nb["metadata"]["pad"] = "x" * 2_000_000
+    p = demo["root"] / "big.ipynb"
+    p.write_text(json.dumps(nb))
+    with pytest.raises(Rejected) as exc:
+        read_notebook(p, max_bytes=1_000_000, max_cells=2000, max_source_chars=200_000)
+    assert exc.value.status == "too-large" and words in exc.value.reason
+    if change == "bytes":  # the same notebook within a larger cap is read
+        assert read_notebook(p, max_bytes=5_000_000)["cells"]
+
+
+FILL = (
+    "import os\n"
+    "written = 0\n"
+    "try:\n"
+    "    with open(os.path.join(os.path.dirname(os.getcwd()), 'fill'), 'wb') as fh:\n"
+    "        for _ in range(64):\n"
+    "            fh.write(b'x' * 2**20)\n"
+    "            fh.flush()\n"
+    "            written += 1\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.remove(os.path.join(os.path.dirname(os.getcwd()), 'fill'))  # room for the answers\n"
+    "n_allreduce_fwd = 1 if written < 20 else 0  # right only if the disk stopped it\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.getuid() != 0, reason="the shared folder's tmpfs needs root")
+def test_the_kernels_shared_folder_is_a_small_tmpfs_not_the_host_disk(demo, bwrap):
+    limits = Limits(timeout=15, disk_mb=16, guard=False)
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    row = grade_submission(_write(demo, "filler", dict(CORRECT, **{"a-q1": FILL})),
+                           demo["master"], ref, limits)  # fmt: skip
+    assert row["status"] == "graded" and row["questions"]["q1"]["result"] == "correct", row
+
+
+@pytest.mark.slow
+def test_one_wall_clock_budget_per_submission(demo, bwrap):
+    limits = Limits(timeout=5, budget_s=8)
+    ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
+    slow = {k: "import time\ntime.sleep(3.5)\n" + v for k, v in CORRECT.items()}
+    row = grade_submission(_write(demo, "slow", slow), demo["master"], ref, limits)
+    assert row["status"] == "timeout" and "budget" in row["reason"], row
+    assert row["questions"]["q3"]["result"] in ("timeout", "not-run")
+    assert row["duration_s"] < 8 + limits.startup_timeout * 4  # bounded by the budget
+
+
+@pytest.mark.slow
+def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwrap):
+    limits = Limits(timeout=15, max_message_mb=1)
+    ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
+    loud = dict(CORRECT, **{"a-q1": "print('y' * 3_000_000)\n" + CORRECT["a-q1"]})
+    row = grade_submission(_write(demo, "loud", loud), demo["master"], ref, limits)
+    assert row["questions"]["q1"]["result"] in ("correct", "timeout"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+
+
+def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
+    """A notebook at the caps whose cells have no ids or tags: the fallback that finds an
+    answer cell by its variables parses only cells naming them (here: none)."""
+    from tpp.grading.submission import answer_sources
+
+    nb = {"cells": [{"cell_type": "code", "source": "x = 1\n" * 800} for _ in range(2000)]}
+    calls = []
+    import tpp.grading.submission as sub
+
+    real = sub.assigned_names
+    sub.assigned_names = lambda src: calls.append(1) or real(src)
+    try:
+        found, _ = answer_sources(nb, demo["master"])
+    finally:
+        sub.assigned_names = real
+    assert found == {} and len(calls) <= len(demo["master"].cells)  # the master's own only
