@@ -113,7 +113,8 @@ def test_chapter_17_decode_with_context_is_never_compute_bound():
     assert 140 < i[0] < i[1] < 200 < n_star
     md = _text("17_serving", "markdown")
     assert "With an **empty** KV cache" in md and "never becomes compute-bound" in md
-    assert "4 * math.sqrt(predicted) + 2" not in _cell("17_serving", 'ring, own, bf16 = (gens[k] for k in list(runs)')
+    sampling = _cell("17_serving", "ring, own, bf16 = (gens[k] for k in list(runs)")
+    assert "4 * math.sqrt(predicted) + 2" not in sampling
 
 
 def test_chapter_15_costs_causal_steps_and_the_weight_gradients():

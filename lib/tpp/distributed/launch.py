@@ -39,7 +39,8 @@ BACKENDS = ("gloo", "nccl")
 DEFAULT_TIMEOUT = 120.0
 
 TORCHRUN_NOTE = """\
-On GPUs, one process per GPU, across nodes (the NCCL path; it needs GPUs, which the machines that build this book do not have):
+On GPUs, one process per GPU, across nodes (the NCCL path; it needs GPUs, which the
+machines that build this book do not have):
 
     torchrun --nnodes=2 --nproc-per-node=8 --node-rank=$NODE_RANK \\
              --rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500 train.py
