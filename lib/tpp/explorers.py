@@ -277,7 +277,8 @@ EXPLORERS: dict[str, Explorer] = {
         outputs={"memory.weights": "bytes", "memory.gradients": "bytes",
                  "memory.optimizer_states": "bytes", "memory.activations": "bytes",
                  "memory.logits": "bytes", "memory.zero3_gathered": "bytes",
-                 "memory_bytes": "bytes", "fits": "bool", "heaviest_rank": "rank"},
+                 "memory_bytes": "bytes", "capacity": "bytes", "fits": "bool",
+                 "heaviest_rank": "rank"},
         labels=dict(model="model", tp="TP degree", pp="PP degree", dp="DP degree",
                     zero="ZeRO stage", recompute="recompute", seq_len="sequence length (tokens)",
                     microbatch_size="microbatch size (sequences)"),
@@ -285,7 +286,7 @@ EXPLORERS: dict[str, Explorer] = {
                        "memory.optimizer_states": "optimizer states",
                        "memory.activations": "activations (microbatches in flight)",
                        "memory.logits": "logits", "memory.zero3_gathered": "ZeRO-3 gathered layer",
-                       "memory_bytes": "total per GPU", "fits": "fits in GPU memory",
+                       "memory_bytes": "total per GPU", "capacity": "GPU memory", "fits": "fits in GPU memory",
                        "heaviest_rank": "heaviest pipeline rank"},
         split=("model",)),
     "layout": Explorer(
