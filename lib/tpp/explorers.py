@@ -39,7 +39,7 @@ from tpp import planner as tpp_planner
 from tpp.symbolic import pipeline as sym_pipeline
 
 __all__ = ["EXPLORERS", "Explorer", "decode", "pipeline", "memory", "layout", "table",
-           "closed_forms", "lookup", "lab"]
+           "closed_forms", "lookup", "lab", "has_frontend"]
 
 CLOSED_FORM_SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
 
@@ -286,7 +286,8 @@ EXPLORERS: dict[str, Explorer] = {
                        "memory.optimizer_states": "optimizer states",
                        "memory.activations": "activations (microbatches in flight)",
                        "memory.logits": "logits", "memory.zero3_gathered": "ZeRO-3 gathered layer",
-                       "memory_bytes": "total per GPU", "capacity": "GPU memory", "fits": "fits in GPU memory",
+                       "memory_bytes": "total per GPU", "capacity": "GPU memory",
+                       "fits": "fits in GPU memory",
                        "heaviest_rank": "heaviest pipeline rank"},
         split=("model",)),
     "layout": Explorer(
@@ -410,7 +411,7 @@ def lab(name: str):
             if res.get(k) is not None:
                 print(f"{ex.output_labels[k]}: {format_value(res[k], unit)}")
 
-    if os.environ.get("TPP_STATIC") or not _has_frontend():
+    if os.environ.get("TPP_STATIC") or not has_frontend():
         show(**ex.defaults)
         return None
     import ipywidgets as widgets
@@ -421,10 +422,14 @@ def lab(name: str):
     return widgets.interact(show, **controls)
 
 
-def _has_frontend() -> bool:
-    """Whether a kernel has a front end that renders widgets (JupyterLab, Notebook, VS Code):
-    nbclient/nbconvert set no ``JPY_SESSION_NAME`` and run with ``--HistoryManager`` off; we
-    take the conservative view that only a session name proves a front end."""
+def has_frontend() -> bool:
+    """Whether this kernel was started by a Jupyter front end that renders widgets.
+
+    jupyter_server (JupyterLab, Notebook 7) starts every kernel of a session with
+    ``JPY_SESSION_NAME`` in its environment (``jupyter_server/services/sessions/
+    sessionmanager.py``, ``get_kernel_env``); VS Code's kernels carry ``VSCODE_PID``. A kernel
+    of ``jupyter nbconvert --execute``, nbclient or nbmake has neither, and there live widgets
+    can deadlock the run (jupyter/nbclient#312), so explorers run once at their defaults."""
     import os
 
     return bool(os.environ.get("JPY_SESSION_NAME") or os.environ.get("VSCODE_PID"))
