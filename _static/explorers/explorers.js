@@ -237,11 +237,18 @@
     var split = form.dataset.split ? form.dataset.split.split(",") : [];
     var key = split.map(function (k) { return vals[k]; }).join("-");
     form.dataset.ready = "0";
+    var seq = (form._tppSeq || 0) + 1;
+    form._tppSeq = seq;
     load(name, key, function (tbl) {
+      if (form._tppSeq !== seq) return;   // a newer change is being shown
       var err = form.querySelector(".tpp-explorer-error");
       var chart = form.querySelector(".tpp-explorer-chart");
       var outs = form.querySelectorAll("output");
-      if (!tbl) { err.hidden = false; err.textContent = "data file missing"; return; }
+      if (!tbl) {
+        err.hidden = false; err.textContent = "data file missing: " + name + "/" + key;
+        form.dataset.ready = "error";
+        return;
+      }
       var row = rowOf(tbl, vals);
       chart.textContent = "";
       if (typeof row === "string" || row === null) {
@@ -249,6 +256,7 @@
         err.textContent = "ValueError: " + (row || "value not in the table");
         form.classList.add("tpp-explorer-invalid");
         outs.forEach(function (o) { o.removeAttribute("data-value"); o.textContent = "—"; });
+        form.dataset.ready = "1";
         return;
       }
       err.hidden = true; err.textContent = "";

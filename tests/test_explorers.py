@@ -1,0 +1,281 @@
+"""The in-page explorers: the library side, and every explorer on every built page in Chromium.
+
+Library side (always runs): each form offers exactly the keyword parameters of its function and
+only values the function accepts; the lookup the page does finds the function's own result; the
+SymPy closed forms agree with the simulator where the chapters say they hold; the lab explorer
+builds no widget without a front end.
+
+Site side (reads ``_build/html`` or ``TPP_SITE``, like tests/test_site*.py; skips without a build
+or a browser locally, fails under TPP_REQUIRE_SITE=1 / TPP_REQUIRE_BROWSER=1): every page whose
+source carries a ``{tpp-explorer}`` must show it, and for many random input combinations drawn
+from the page's own ``<option>``\\ s every ``<output data-value>`` equals ``FUNCTION(**inputs)``
+(an invalid combination shows the function's own ``ValueError`` message); no request leaves the
+site, no console error, no sideways scroll at 390 px.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import os
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tpp import explorers
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = Path(os.environ.get("TPP_SITE", ROOT / "_build" / "html"))
+SAMPLES = int(os.environ.get("TPP_EXPLORER_SAMPLES", "12"))
+REL = 1e-9  # the page stores floats to 12 significant digits
+
+
+def _require(env: str, why: str) -> None:
+    if os.environ.get(env) == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def _expected(fn, inputs: dict) -> dict | str:
+    try:
+        return fn(**inputs)
+    except ValueError as err:
+        return str(err)
+
+
+def _close(got: str | None, want) -> bool:
+    if want is None:
+        return got is None
+    if got is None:
+        return False
+    return math.isclose(float(got), float(want), rel_tol=REL, abs_tol=1e-15)
+
+
+# ------------------------------------------------------------------------------ library side
+@pytest.mark.parametrize("name", list(explorers.EXPLORERS))
+def test_inputs_are_the_functions_keyword_parameters(name: str) -> None:
+    ex = explorers.EXPLORERS[name]
+    params = inspect.signature(ex.function).parameters
+    assert set(ex.options) <= set(params), set(ex.options) - set(params)
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from tpp_explorers import render_form
+
+    html = render_form(name)
+    assert f'data-function="{ex.qualname}"' in html
+    names = re.findall(r'<select id="[^"]+" name="([^"]+)"', html)
+    assert names == list(ex.options)
+    for param in names:  # every select has its label
+        assert f'<label for="tpp-x-{name}-{param}">' in html
+    outs = re.findall(r'<output name="([^"]+)"', html)
+    assert outs == list(ex.outputs)
+
+
+@pytest.mark.parametrize("name", list(explorers.EXPLORERS))
+def test_every_offered_value_is_accepted_alone(name: str) -> None:
+    """Each option, with the other inputs at their defaults, is a value the function takes
+    (a ValueError about the combination is fine; a TypeError is not)."""
+    ex = explorers.EXPLORERS[name]
+    ok = 0
+    for param, values in ex.options.items():
+        for v in values:
+            res = _expected(ex.function, {**ex.defaults, param: v})
+            ok += isinstance(res, dict)
+    assert ok > len(ex.options)  # most single changes from the defaults are valid
+
+
+@pytest.mark.parametrize("name", list(explorers.EXPLORERS))
+def test_page_lookup_finds_the_functions_result(name: str) -> None:
+    ex = explorers.EXPLORERS[name]
+    rng = random.Random(19)
+    tables = {}
+    for _ in range(20):
+        inputs = {k: rng.choice(v) for k, v in ex.options.items()}
+        key = "-".join(str(inputs[k]) for k in ex.split)
+        if key not in tables:
+            tables[key] = explorers.table(name, **{k: inputs[k] for k in ex.split})
+        row = explorers.lookup(tables[key], **inputs)
+        want = _expected(ex.function, inputs)
+        if isinstance(want, str):
+            assert row == want
+            continue
+        for i, out in enumerate(ex.outputs):
+            assert _close(None if row[i] is None else str(row[i]), want.get(out)), (inputs, out)
+
+
+def test_decode_breakdown_adds_up_and_curve_marks_the_selection() -> None:
+    r = explorers.decode(model="llama2_70b", tp=4, pp=2, batch=16, context_len=2048)
+    parts = r["breakdown.weights"] + r["breakdown.allreduce"] + r["breakdown.bubble"]
+    assert math.isclose(parts, r["step_time"], rel_tol=1e-12)
+    assert r["scaling_curve"]["4"] == r["step_time"]
+    assert r["breakdown.bubble"] > 0  # two stages, one group of requests: each waits
+
+
+@pytest.mark.parametrize("name", explorers.CLOSED_FORM_SCHEDULES)
+def test_closed_form_agrees_with_the_simulation(name: str) -> None:
+    """Where the chapters' closed form applies, it equals the simulated bubble (it can fail:
+    the closed form comes from tpp.symbolic, the bubble from the event simulator)."""
+    checked = 0
+    for P, M, v, t_w in [(4, 8, 1, 0), (2, 4, 2, 0), (4, 8, 2, 0), (4, 8, 1, 1), (8, 16, 2, 0)]:
+        try:
+            r = explorers.pipeline(name, P, M, v, t_f=1, t_b=2, t_w=t_w)
+        except ValueError:
+            continue
+        if r["closed_form_bubble_fraction"] is None:
+            continue
+        assert math.isclose(r["closed_form_bubble_fraction"], r["bubble_fraction"],
+                            rel_tol=1e-12), (P, M, v, t_w)
+        checked += 1
+    assert checked
+
+
+def test_closed_forms_are_javascript_from_sympy() -> None:
+    forms = explorers.closed_forms()
+    assert set(forms) == set(explorers.CLOSED_FORM_SCHEDULES)
+    assert "Math.max" in forms["zb-h1"]  # sympy.jscode printed the Max of the three paths
+    assert "**" not in "".join(forms.values())
+
+
+def test_lab_runs_once_without_a_front_end(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("TPP_STATIC", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.delenv("VSCODE_PID", raising=False)
+    assert not explorers.has_frontend()
+    assert explorers.lab("pipeline") is None
+    assert "makespan: 33" in capsys.readouterr().out  # 1F1B, P=4, M=8: (M+P-1)(t_F+t_B)
+    monkeypatch.setenv("JPY_SESSION_NAME", "chapters/09_interleaved.ipynb")
+    assert explorers.has_frontend()
+
+
+# --------------------------------------------------------------------------------- site side
+def _explorer_pages() -> list[tuple[str, str]]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                files.append(e["file"])
+            walk(e.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    found = []
+    for page in files:
+        src = next(ROOT.glob(page + ".*"), None)
+        if src is None:
+            continue
+        for name in re.findall(r"\{tpp-explorer\}\s+(\w+)", src.read_text()):
+            if (page, name) not in found:
+                found.append((page, name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        _require("TPP_REQUIRE_BROWSER", "chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _require("TPP_REQUIRE_BROWSER", "playwright is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+READ = """form => {
+  const out = {};
+  form.querySelectorAll('output').forEach(o => out[o.name] = o.getAttribute('data-value'));
+  const err = form.querySelector('.tpp-explorer-error');
+  return {out, error: err.hidden ? null : err.textContent};
+}"""
+SET = """([form, values]) => {
+  for (const [k, v] of Object.entries(values)) form.elements[k].value = String(v);
+  form.elements[Object.keys(values)[0]].dispatchEvent(new Event('change', {bubbles: true}));
+}"""
+OPTIONS = """form => Object.fromEntries([...form.querySelectorAll('select')].map(
+  s => [s.name, [s.dataset.type, [...s.options].map(o => o.value)]]))"""
+
+
+def test_every_explorer_source_page_is_known() -> None:
+    """The site tests below cover every explorer the sources place (and some are placed)."""
+    pages = _explorer_pages()
+    names = {n for _, n in pages}
+    assert names == set(explorers.EXPLORERS), names
+
+
+@pytest.mark.parametrize(("page", "name"), _explorer_pages())
+def test_explorer_matches_its_function_in_the_page(browser, page: str, name: str) -> None:
+    html = HTML / f"{page}.html"
+    if not html.exists():
+        _require("TPP_REQUIRE_SITE", f"{html} is not built: run `make book` first")
+    context = browser.new_context(viewport={"width": 390, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    tab.route("**/*", route)
+    try:
+        tab.goto(html.as_uri(), wait_until="load", timeout=120_000)
+        forms = tab.locator(f'form.tpp-explorer[data-explorer="{name}"]')
+        assert forms.count() >= 1, f"{page}: no {name} explorer in the built page"
+        form = forms.first.element_handle()
+        fn_path = form.get_attribute("data-function")
+        mod, _, attr = fn_path.rpartition(".")
+        fn = getattr(importlib.import_module(mod), attr)
+        tab.wait_for_function("f => f.dataset.ready === '1'", arg=form, timeout=60_000)
+        options = form.evaluate(OPTIONS)
+        rng = random.Random(f"{page}/{name}")
+        seen_valid = seen_invalid = 0
+        for i in range(SAMPLES):
+            inputs = {k: (int(rng.choice(v)) if t == "int" else rng.choice(v))
+                      for k, (t, v) in options.items()}
+            if i == 0:  # the page's defaults first
+                inputs = dict(explorers.EXPLORERS[name].defaults)
+            tab.evaluate(SET, [form, inputs])
+            tab.wait_for_function("f => f.dataset.ready === '1'", arg=form, timeout=60_000)
+            got = form.evaluate(READ)
+            want = _expected(fn, inputs)
+            if isinstance(want, str):
+                seen_invalid += 1
+                assert got["error"] == f"ValueError: {want}", inputs
+                assert all(v is None for v in got["out"].values()), inputs
+                continue
+            seen_valid += 1
+            assert got["error"] is None, (inputs, got["error"])
+            for out, value in got["out"].items():
+                assert _close(value, want.get(out)), (inputs, out, value, want.get(out))
+        assert seen_valid, "no valid combination drawn: the options offer nothing that runs"
+        width = tab.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"sideways scroll at 390 px: {width}"
+        # keyboard: the first select takes focus with Tab order and changes with the arrows
+        first = form.query_selector("select")
+        first.focus()
+        before = first.evaluate("s => s.value")
+        tab.keyboard.press("ArrowDown")
+        tab.wait_for_function("f => f.dataset.ready === '1'", arg=form, timeout=60_000)
+        after = first.evaluate("s => s.value")
+        if len(options[first.get_attribute("name")][1]) > 1 and before != \
+                options[first.get_attribute("name")][1][-1]:
+            assert after != before, "arrow key did not change the first input"
+    finally:
+        context.close()
+    assert not outside, f"requests left the site: {outside[:5]}"
+    assert not errors, f"console errors: {errors[:5]}"
