@@ -103,8 +103,13 @@ def write_data(outdir: Path, names=None) -> dict[str, int]:
     forms = ex.closed_forms()
     funcs = ",".join(f"{json.dumps(k)}:function(P,M,v,t_F,t_B,t_W){{return {js};}}"
                      for k, js in forms.items())
-    text = ("// printed by sympy.jscode from tpp.symbolic.pipeline.bubble_fraction\n"
-            f"window.TPP_CLOSED_FORMS={{bubble_fraction:{{{funcs}}}}};\n")
+    coll = ",".join(
+        json.dumps(op) + ":{" + ",".join(
+            f"{json.dumps(k)}:function(N,V,alpha,beta){{return {js};}}" for k, js in f.items())
+        + "}" for op, f in ex.collective_forms().items())
+    text = ("// printed by sympy.jscode from tpp.symbolic.pipeline.bubble_fraction and\n"
+            "// tpp.symbolic.collectives.alpha_beta_time (tpp.explorers.closed_forms)\n"
+            f"window.TPP_CLOSED_FORMS={{bubble_fraction:{{{funcs}}},collective:{{{coll}}}}};\n")
     (target / "closed-forms.js").write_text(text)
     sizes[str(DATA_DIR / "closed-forms.js")] = len(text.encode())
     return sizes

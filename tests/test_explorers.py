@@ -88,7 +88,10 @@ def test_every_offered_value_is_accepted_alone(name: str) -> None:
     assert ok > len(ex.options)  # most single changes from the defaults are valid
 
 
-@pytest.mark.parametrize("name", list(explorers.EXPLORERS))
+TABLED = [n for n in explorers.EXPLORERS if n != "collective"]
+
+
+@pytest.mark.parametrize("name", TABLED)
 def test_page_lookup_finds_the_functions_result(name: str) -> None:
     ex = explorers.EXPLORERS[name]
     rng = random.Random(19)
@@ -131,6 +134,28 @@ def test_closed_form_agrees_with_the_simulation(name: str) -> None:
                             rel_tol=1e-12), (P, M, v, t_w)
         checked += 1
     assert checked
+
+
+def test_collective_closed_forms_agree_with_the_numeric_library() -> None:
+    """The page's alpha-beta forms (SymPy, chapter 01) against tpp.collectives' numbers."""
+    import sympy
+    from tpp import hardware
+    from tpp.symbolic import collectives as sc
+
+    ex = explorers.EXPLORERS["collective"]
+    forms = explorers.collective_forms()
+    rng = random.Random(1)
+    for _ in range(30):
+        inputs = {k: rng.choice(v) for k, v in ex.options.items()}
+        ln = hardware.link(inputs["link"])
+        want = explorers.collective(**inputs)
+        subs = {sc.N: inputs["n"], sc.V: inputs["payload_bytes"], sc.alpha: ln.latency,
+                sc.beta: ln.bandwidth}
+        for out, js in forms[inputs["op"]].items():
+            expr = sympy.sympify(js.replace("Math.", ""), locals={"N": sc.N, "V": sc.V,
+                                 "alpha": sc.alpha, "beta": sc.beta})
+            assert math.isclose(float(expr.xreplace(subs)), want[out], rel_tol=1e-12), \
+                (inputs, out)
 
 
 def test_closed_forms_are_javascript_from_sympy() -> None:

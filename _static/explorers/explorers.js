@@ -199,6 +199,12 @@
       p.textContent = "Layers per pipeline rank (the library's placement): " + layers.join(", ");
       chart.appendChild(p);
     },
+    collective: function (form, tbl, row, vals, out) {
+      var chart = form.querySelector(".tpp-explorer-chart");
+      bar(chart, "Time of one collective: latency and bandwidth terms",
+          [["allreduce", out.latency_time, "latency (steps × α)"],
+           ["weights", out.bandwidth_time, "bandwidth (bytes / β)"]], out.time, "seconds");
+    },
     layout: function (form, tbl, row, vals, out) {
       var chart = form.querySelector(".tpp-explorer-chart");
       var ranks = row[tbl.outputs.length + tbl.extras.indexOf("ranks")];
@@ -232,6 +238,16 @@
     }
   };
 
+  // explorers computed in the page from SymPy-printed closed forms (no table)
+  function formula(name, tbl, vals) {
+    var f = window.TPP_CLOSED_FORMS && window.TPP_CLOSED_FORMS[name];
+    if (!f) return "closed forms missing";
+    var ln = tbl.links[vals.link], op = f[vals.op];
+    return tbl.outputs.map(function (k) {
+      return op[k](vals.n, vals.payload_bytes, ln[1], ln[0]);
+    });
+  }
+
   function update(form) {
     var name = form.dataset.explorer, vals = values(form);
     var split = form.dataset.split ? form.dataset.split.split(",") : [];
@@ -249,7 +265,7 @@
         form.dataset.ready = "error";
         return;
       }
-      var row = rowOf(tbl, vals);
+      var row = tbl.formula ? formula(name, tbl, vals) : rowOf(tbl, vals);
       chart.textContent = "";
       if (typeof row === "string" || row === null) {
         err.hidden = false;

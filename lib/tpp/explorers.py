@@ -39,7 +39,8 @@ from tpp import planner as tpp_planner
 from tpp.symbolic import pipeline as sym_pipeline
 
 __all__ = ["EXPLORERS", "Explorer", "decode", "pipeline", "memory", "layout", "table",
-           "closed_forms", "lookup", "lab", "has_frontend"]
+           "closed_forms", "lookup", "lab", "has_frontend", "collective",
+           "collective_forms"]
 
 CLOSED_FORM_SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
 
@@ -203,6 +204,50 @@ def layout(tp: int = 4, cp: int = 1, dp: int = 2, pp: int = 2,
     return out
 
 
+# --------------------------------------------------------------------------------- collective
+def collective(op: str = "all_reduce", n: int = 8, payload_bytes: int = 2**24,
+               link: str = "nvlink4") -> dict[str, Any]:
+    """A ring collective under the alpha-beta model: :func:`tpp.collectives.alpha_beta_time`
+    of ``op`` on ``n`` ranks for ``payload_bytes`` over the :mod:`tpp.hardware` link preset
+    ``link`` (its bandwidth per direction and latency per step).
+
+    Returns ``time`` (seconds), ``latency_time`` (``steps x alpha``), ``bandwidth_time``
+    (``bus factor x V / beta``), ``latency_share`` and ``crossover_bytes``: the payload at which
+    the two terms are equal (below it latency dominates). The page evaluates the chapter's SymPy
+    expression :func:`tpp.symbolic.collectives.alpha_beta_time` printed by ``sympy.jscode``;
+    this function uses the numeric library, so the test compares the two.
+    """
+    from tpp import collectives as coll
+    from tpp import hardware
+
+    ln = hardware.link(link)
+    total = coll.alpha_beta_time(op, payload_bytes, n, ln.bandwidth, ln.latency)
+    lat = coll.ring_steps(op, n) * ln.latency
+    factor = float(coll.bus_factor(op, n))
+    return {"time": total, "latency_time": lat,
+            "bandwidth_time": factor * payload_bytes / ln.bandwidth,
+            "latency_share": lat / total if total else 0.0,
+            "crossover_bytes": lat * ln.bandwidth / factor if factor else None}
+
+
+def collective_forms() -> dict[str, dict[str, str]]:
+    """JavaScript (``sympy.jscode``) of chapter 01's alpha-beta time per op, its two terms and
+    the crossover payload ``V*`` solving ``steps alpha = bytes_per_rank / beta``, in the
+    variables ``N, V, alpha, beta`` (:mod:`tpp.symbolic.collectives`)."""
+    from tpp.symbolic import collectives as sc
+
+    out = {}
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+        lat = sc.ring_steps(op) * sc.alpha
+        bw = sc.bytes_per_rank(op) / sc.beta
+        (cross,) = sympy.solve(sympy.Eq(lat, bw), sc.V)
+        out[op] = {"time": sympy.jscode(sc.alpha_beta_time(op)),
+                   "latency_time": sympy.jscode(lat), "bandwidth_time": sympy.jscode(bw),
+                   "latency_share": sympy.jscode(sympy.simplify(lat / sc.alpha_beta_time(op))),
+                   "crossover_bytes": sympy.jscode(cross)}
+    return out
+
+
 # ------------------------------------------------------------------------------- the contract
 @dataclass(frozen=True)
 class Explorer:
@@ -290,6 +335,20 @@ EXPLORERS: dict[str, Explorer] = {
                        "fits": "fits in GPU memory",
                        "heaviest_rank": "heaviest pipeline rank"},
         split=("model",)),
+    "collective": Explorer(
+        "collective", collective,
+        options=dict(op=("all_reduce", "reduce_scatter", "all_gather", "broadcast"),
+                     n=(2, 4, 8, 16, 64, 256),
+                     payload_bytes=tuple(2**k for k in range(10, 33, 2)),
+                     link=("nvlink4", "nvlink5", "pcie5_x16", "ib_ndr", "eth_100g")),
+        defaults=dict(op="all_reduce", n=8, payload_bytes=2**24, link="nvlink4"),
+        outputs={"time": "seconds", "latency_time": "seconds", "bandwidth_time": "seconds",
+                 "latency_share": "fraction", "crossover_bytes": "bytes"},
+        labels=dict(op="collective", n="N (ranks)", payload_bytes="payload V (bytes)",
+                    link="link preset"),
+        output_labels={"time": "time (alpha-beta, ring)", "latency_time": "latency term",
+                       "bandwidth_time": "bandwidth term", "latency_share": "latency share",
+                       "crossover_bytes": "payload where the terms are equal"}),
     "layout": Explorer(
         "layout", layout,
         options=dict(tp=(1, 2, 4, 8), cp=(1, 2), dp=(1, 2, 4), pp=(1, 2, 4)),
@@ -319,7 +378,7 @@ def _json_number(x: Any) -> Any:
 
 
 EXTRAS = {"decode": ("stage_time", "p2p_time"), "pipeline": ("peak_inflight", "timeline"),
-          "memory": ("layers",), "layout": ("ranks",)}
+          "memory": ("layers",), "layout": ("ranks",), "collective": ()}
 """What the page draws besides the outputs (the decode curve reads the other TP rows)."""
 
 
@@ -364,6 +423,13 @@ def tables(name: str) -> dict[str, dict[str, Any]]:
     parameters (the page loads only the file of the current selection), keyed by their values
     joined with ``-`` (``"1f1b-4-8-1"``; ``""`` when the explorer is not split)."""
     ex = EXPLORERS[name]
+    if name == "collective":  # closed forms only: the page needs the link presets' numbers
+        from tpp import hardware
+
+        links = {k: [hardware.link(k).bandwidth, hardware.link(k).latency]
+                 for k in ex.options["link"]}
+        return {"": {"formula": True, "axes": [[k, list(v)] for k, v in ex.options.items()],
+                     "outputs": list(ex.outputs), "extras": [], "rows": [], "links": links}}
     out = {}
     for combo in itertools.product(*(ex.options[k] for k in ex.split)):
         key = "-".join(map(str, combo))
