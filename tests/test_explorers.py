@@ -23,6 +23,7 @@ import random
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -347,9 +348,14 @@ def _standalone_page(tmp: Path, names: list[str]) -> Path:
     return page
 
 
-def test_control_page_passes_and_a_corrupted_table_is_caught(browser, tmp_path: Path) -> None:
+def test_control_page_passes_and_a_corrupted_table_is_caught(browser) -> None:
     """Positive and negative control of :func:`check_explorer` on a page built here: the page
     as written passes; the same page with one number of its table changed by 1 % fails."""
+    with tempfile.TemporaryDirectory() as tmp:  # not tmp_path: /tmp/pytest-of-* is shared
+        _control(browser, Path(tmp))
+
+
+def _control(browser, tmp_path: Path) -> None:
     page = _standalone_page(tmp_path, ["layout", "collective"])
     assert check_explorer(browser, page, "layout", samples=6) == []
     assert check_explorer(browser, page, "collective", samples=6) == []
