@@ -78,10 +78,6 @@ class ExplorerDirective(Directive):
         known = _explorers().EXPLORERS
         if name not in known:
             raise self.error(f"unknown explorer {name!r}: use one of {', '.join(known)}")
-        env = self.state.document.settings.env
-        used = getattr(env, "tpp_explorers_used", set())
-        used.add(name)
-        env.tpp_explorers_used = used
         return [nodes.raw("", render_form(name), format="html")]
 
 
