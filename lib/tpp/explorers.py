@@ -40,7 +40,7 @@ from tpp.symbolic import pipeline as sym_pipeline
 
 __all__ = ["EXPLORERS", "Explorer", "decode", "pipeline", "memory", "layout", "table",
            "closed_forms", "lookup", "lab", "has_frontend", "collective",
-           "collective_forms"]
+           "collective_forms", "zero_traffic"]
 
 CLOSED_FORM_SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
 
@@ -204,6 +204,29 @@ def layout(tp: int = 4, cp: int = 1, dp: int = 2, pp: int = 2,
     return out
 
 
+# ------------------------------------------------------------------------------- zero traffic
+def zero_traffic(model: str = "llama2_7b", dp: int = 8, zero: int = 1, microbatches: int = 1,
+                 link: str = "ib_ndr") -> dict[str, Any]:
+    """Data parallelism with ZeRO stage ``zero`` over ``dp`` ranks for the whole ``model``
+    (:mod:`tpp.costs.zero`, the ZeRO paper's accounting in bf16 with Adam's 12 bytes):
+
+    ``model_state_bytes`` per rank (:func:`tpp.costs.zero.model_state_bytes`), ``bytes_sent``
+    per rank per optimizer step with ``microbatches`` of gradient accumulation
+    (:func:`tpp.costs.zero.dp_bytes_per_rank`: ring collectives, ZeRO-2 and 3 reduce every
+    microbatch, ZeRO-3 gathers weights twice per microbatch), ``collectives`` per step, and
+    ``comm_time``: those bytes over one ``link`` preset's bandwidth per direction (seconds, no
+    latency, no overlap).
+    """
+    from tpp import hardware
+    from tpp.costs import zero as czero
+
+    n = models.model(model).params
+    sent = czero.dp_bytes_per_rank(n, dp, zero, "bf16", microbatches)
+    return {"model_state_bytes": czero.model_state_bytes(n, dp, zero), "bytes_sent": sent,
+            "collectives": sum(czero.dp_collectives(zero, microbatches).values()),
+            "comm_time": sent / hardware.link(link).bandwidth}
+
+
 # --------------------------------------------------------------------------------- collective
 def collective(op: str = "all_reduce", n: int = 8, payload_bytes: int = 2**24,
                link: str = "nvlink4") -> dict[str, Any]:
@@ -349,6 +372,20 @@ EXPLORERS: dict[str, Explorer] = {
         output_labels={"time": "time (alpha-beta, ring)", "latency_time": "latency term",
                        "bandwidth_time": "bandwidth term", "latency_share": "latency share",
                        "crossover_bytes": "payload where the terms are equal"}),
+    "zero_traffic": Explorer(
+        "zero_traffic", zero_traffic,
+        options=dict(model=("llama2_7b", "llama2_70b", "llama3_405b"),
+                     dp=(2, 4, 8, 16, 64, 256), zero=(0, 1, 2, 3), microbatches=(1, 4, 16),
+                     link=("nvlink4", "ib_ndr", "eth_100g")),
+        defaults=dict(model="llama2_7b", dp=8, zero=1, microbatches=1, link="ib_ndr"),
+        outputs={"model_state_bytes": "bytes", "bytes_sent": "bytes", "collectives": "count",
+                 "comm_time": "seconds"},
+        labels=dict(model="model", dp="DP degree", zero="ZeRO stage",
+                    microbatches="microbatches per step", link="link preset"),
+        output_labels={"model_state_bytes": "model states per rank",
+                       "bytes_sent": "bytes sent per rank per step",
+                       "collectives": "collectives per step",
+                       "comm_time": "time on the link (bytes / bandwidth)"}),
     "layout": Explorer(
         "layout", layout,
         options=dict(tp=(1, 2, 4, 8), cp=(1, 2), dp=(1, 2, 4), pp=(1, 2, 4)),
@@ -378,7 +415,8 @@ def _json_number(x: Any) -> Any:
 
 
 EXTRAS = {"decode": ("stage_time", "p2p_time"), "pipeline": ("peak_inflight", "timeline"),
-          "memory": ("layers",), "layout": ("ranks",), "collective": ()}
+          "memory": ("layers",), "layout": ("ranks",), "collective": (),
+          "zero_traffic": ()}
 """What the page draws besides the outputs (the decode curve reads the other TP rows)."""
 
 
