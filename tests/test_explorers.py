@@ -379,3 +379,16 @@ def _control(browser, tmp_path: Path) -> None:
         ex.defaults.clear()
         ex.defaults.update(defaults)
     assert any("gpus" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "chapters").glob("*.ipynb")))
+def test_live_widgets_only_with_a_front_end(chapter: str) -> None:
+    """Issue 21: `jupyter nbconvert --execute` (no TPP_STATIC) hung on chapters 06 and 09's live
+    widgets. Every cell that builds `interact` widgets must take the headless branch when no
+    front end is there (`tpp.explorers.has_frontend`), not only under TPP_STATIC."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "chapters" / chapter, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "widgets.interact" in cell.source:
+            assert "has_frontend()" in cell.source, f"{chapter} cell {cell.get('id')}"
