@@ -210,19 +210,21 @@
       var ranks = row[tbl.outputs.length + tbl.extras.indexOf("ranks")];
       var per = 8, nodes = Math.ceil(ranks.length / per), cols = 4;
       var W = 600, cw = W / cols;
-      var rowsPerNode = per / cols, Hn = rowsPerNode * 36 + 24;
+      var rowsPerNode = per / cols, Hn = rowsPerNode * 44 + 24;
       var s = svg(W, nodes * Hn + 30, "rank map on nodes of 8 GPUs");
       var pal = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"];
       for (var r = 0; r < ranks.length; r++) {
         var node = Math.floor(r / per), k = r % per, c = ranks[r];
-        var x = (k % cols) * cw, y = node * Hn + 18 + Math.floor(k / cols) * 36;
+        var x = (k % cols) * cw, y = node * Hn + 18 + Math.floor(k / cols) * 44;
         if (k === 0) s.appendChild(el("text", {x: 2, y: node * Hn + 14, "font-size": 13,
                                                 "font-weight": "bold"}, "node " + node));
-        s.appendChild(el("rect", {x: x + 2, y: y, width: cw - 4, height: 32, rx: 4,
+        s.appendChild(el("rect", {x: x + 2, y: y, width: cw - 4, height: 40, rx: 4,
                                    fill: pal[c[3] % 4], "fill-opacity": 0.25 + 0.15 * c[2],
                                    stroke: "#333"}));
-        s.appendChild(el("text", {x: x + 6, y: y + 21, "font-size": 13},
-                         "r" + r + " t" + c[0] + " c" + c[1] + " d" + c[2] + " p" + c[3]));
+        s.appendChild(el("text", {x: x + 6, y: y + 17, "font-size": 16, "font-weight": "bold",
+                                   "class": "tpp-fixed"}, "rank " + r));
+        s.appendChild(el("text", {x: x + 6, y: y + 35, "font-size": 15, "class": "tpp-fixed"},
+                         "t" + c[0] + " c" + c[1] + " d" + c[2] + " p" + c[3]));
       }
       s.appendChild(el("text", {x: 2, y: nodes * Hn + 24, "font-size": 13},
                          "colour: pipeline stage p; shade: DP replica d"));
