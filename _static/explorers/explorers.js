@@ -81,6 +81,12 @@
     c.textContent = title;
     f.appendChild(c); f.appendChild(s); chart.appendChild(f);
   }
+  function note(chart, text) {
+    var p = document.createElement("p");
+    p.className = "tpp-explorer-note";
+    p.textContent = text;
+    chart.appendChild(p);
+  }
   var COLORS = {F: "#4c72b0", B: "#dd8452", I: "#dd8452", W: "#55a868", FB: "#8172b3",
                 weights: "#4c72b0", allreduce: "#dd8452", bubble: "#c8c8c8",
                 gradients: "#dd8452", optimizer_states: "#55a868", activations: "#c44e52",
@@ -146,7 +152,7 @@
         prev = [x, y];
       });
       figure(chart, "Scaling curve: step time over TP (selected TP marked red)", s);
-      var P = vals.pp, T = out.step_time || 1, Hs = 24 * P + 30;
+      var P = vals.pp, T = out.step_time || 1, Hs = 24 * P + 10;
       var st = svg(W, Hs, "pipeline stages busy and idle within one step");
       for (var k = 0; k < P; k++) {
         var x0 = 80 + 500 * k * (stage + hop) / T, w = 500 * stage / T;
@@ -156,15 +162,14 @@
                                     fill: COLORS.weights}));
         st.appendChild(el("text", {x: 4, y: 20 + 24 * k, "font-size": 14}, "stage " + k));
       }
-      st.appendChild(el("text", {x: 80, y: Hs - 6, "font-size": 13},
-                         "one step = " + fmtSeconds(T) + "; grey: bubble"));
       figure(chart, "Bubble strip: each stage's busy time (blue) in one step", st);
+      note(chart, "One step = " + fmtSeconds(T) + "; grey: the stage waits (bubble).");
     },
     pipeline: function (form, tbl, row, vals, out) {
       var chart = form.querySelector(".tpp-explorer-chart");
       var n = tbl.outputs.length, peak = row[n + tbl.extras.indexOf("peak_inflight")];
       var tl = row[n + tbl.extras.indexOf("timeline")], ev = tl.events, P = vals.ranks;
-      var T = out.makespan || 1, W = 600, H = 26 * P + 40, s = svg(W, H, "Gantt chart");
+      var T = out.makespan || 1, W = 600, H = 26 * P + 10, s = svg(W, H, "Gantt chart");
       for (var r = 0; r < P; r++) {
         s.appendChild(el("text", {x: 2, y: 20 + 26 * r, "font-size": 13}, "rank " + r));
         s.appendChild(el("text", {x: 592, y: 20 + 26 * r, "font-size": 12,
@@ -178,10 +183,10 @@
         g.appendChild(el("title", {}, lab + " " + ev[i + 2] + "–" + ev[i + 3]));
         s.appendChild(g);
       }
-      s.appendChild(el("text", {x: 60, y: H - 8, "font-size": 13},
-                       "time 0 … " + (+T.toPrecision(6)) +
-                       "; blue F, orange B/I, green W; right: peak in-flight sets"));
       figure(chart, "Gantt chart of the simulated schedule", s);
+      note(chart, "Time 0 … " + (+T.toPrecision(6)) + " (units of the costs). Blue: F, " +
+           "orange: B or I, green: W, purple: an overlapped F&B pair; ≤n at the right: the " +
+           "rank's peak in-flight activation sets.");
     },
     memory: function (form, tbl, row, vals, out) {
       var chart = form.querySelector(".tpp-explorer-chart");
@@ -211,7 +216,7 @@
       var per = 8, nodes = Math.ceil(ranks.length / per), cols = 4;
       var W = 600, cw = W / cols;
       var rowsPerNode = per / cols, Hn = rowsPerNode * 44 + 24;
-      var s = svg(W, nodes * Hn + 30, "rank map on nodes of 8 GPUs");
+      var s = svg(W, nodes * Hn + 4, "rank map on nodes of 8 GPUs");
       var pal = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"];
       for (var r = 0; r < ranks.length; r++) {
         var node = Math.floor(r / per), k = r % per, c = ranks[r];
@@ -226,9 +231,9 @@
         s.appendChild(el("text", {x: x + 6, y: y + 35, "font-size": 15, "class": "tpp-fixed"},
                          "t" + c[0] + " c" + c[1] + " d" + c[2] + " p" + c[3]));
       }
-      s.appendChild(el("text", {x: 2, y: nodes * Hn + 24, "font-size": 13},
-                         "colour: pipeline stage p; shade: DP replica d"));
       figure(chart, "Rank map (TP fastest): which group crosses which link", s);
+      note(chart, "t, c, d, p: the rank's TP, CP, DP and PP coordinates; colour: pipeline " +
+           "stage p; shade: DP replica d.");
       var ul = document.createElement("ul");
       ["tp", "cp", "dp", "pp"].forEach(function (a) {
         var li = document.createElement("li"), n = out[a + ".nodes_spanned"];
