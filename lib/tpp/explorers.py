@@ -11,7 +11,10 @@ arithmetic lives where it always lives —
   closed form :func:`tpp.symbolic.pipeline.bubble_fraction` where the chapters derive one;
 * :func:`memory`: the planner's :func:`tpp.planner.evaluate` (memory of the heaviest pipeline
   rank, term by term, with the library's layer placement :func:`tpp.planner.layers_per_chunk`);
-* :func:`layout`: :class:`tpp.planner.Layout` (rank map, groups, nodes spanned).
+* :func:`layout`: :class:`tpp.planner.Layout` (rank map, groups, nodes spanned);
+* :func:`collective`: :func:`tpp.collectives.alpha_beta_time` (the page evaluates chapter 01's
+  SymPy forms instead, :func:`collective_forms`, and the tests compare the two);
+* :func:`zero_traffic`: :mod:`tpp.costs.zero` (model states and bytes sent per rank).
 
 A bad combination raises the library's own ``ValueError``; the page shows its message.
 
