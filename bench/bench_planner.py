@@ -1,8 +1,11 @@
-"""Time the planner's full search on 16,384 GPUs (issue 8: seconds, not minutes).
+"""The planner against every published run it stores, and its full search on 16,384 GPUs.
 
 Run: .venv/bin/python bench/bench_planner.py
-Prints, in one run: candidate layouts, layouts evaluated, search time cold (empty pipeline
-cache) and warm, and the evaluations per second; plus one evaluate() for scale.
+Prints (1) each published run's predicted and measured seconds per step, their ratio, whether
+the planner says it fits, the median and worst |predicted/measured - 1| (issue 18: at most 10 %
+and 25 %), and the same for the old flat model (mfu=0.4) side by side; (2) the search on 16,384
+GPUs (issue 8: seconds, not minutes): candidate layouts, search time cold (empty pipeline
+cache) and warm, one evaluate() for scale.
 """
 
 from __future__ import annotations
@@ -13,7 +16,25 @@ from tpp import models, planner
 from tpp.planner import estimate
 
 
+def table() -> None:
+    rows = planner.compare_published()
+    flat = {r.published.key: r for r in planner.compare_published(mfu=0.4)}
+    print(f"{'run':32s} {'GPUs':>6s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}"
+          f" {'fits':>5s} {'mfu=0.4':>8s}")
+    for r in rows:
+        k = r.published.key
+        print(f"{k:32s} {r.published.gpus:6d} {r.measured:9.2f} {r.predicted:9.2f}"
+              f" {r.ratio:6.3f} {'yes' if r.estimate.fits else 'NO':>5s} {flat[k].ratio:8.3f}")
+    med, worst = planner.error_summary(rows)
+    fmed, fworst = planner.error_summary(list(flat.values()))
+    print(f"|pred/meas - 1| over {len(rows)} runs: median {med:.1%}, worst {worst:.1%} "
+          f"(flat mfu=0.4: median {fmed:.1%}, worst {fworst:.1%}); "
+          f"{sum(not r.estimate.fits for r in rows)} declared not to fit")
+    print()
+
+
 def main() -> None:
+    table()
     model = models.model("llama3_405b")
     kw = dict(seq_len=8192, global_batch=2048)
     t0 = time.perf_counter()

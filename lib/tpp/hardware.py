@@ -96,6 +96,18 @@ class Link:
     scope: str
     source: str
     latency_source: str
+    #: share of ``bandwidth`` a ring collective reaches as bus bandwidth (nccl-tests "busbw")
+    collective_efficiency: float = 0.8
+
+    @property
+    def bus_bandwidth(self) -> float:
+        """Bytes/s per direction a large ring collective achieves: ``collective_efficiency x
+        bandwidth``. NCCL's nccl-tests report bus bandwidths of about 80 % of the line rate on
+        NVLink and InfiniBand for large messages (NVIDIA, nccl-tests ``doc/PERFORMANCE.md``
+        defines busbw; the 80 % is the issue-18 convention, e.g. ~370 GB/s of 450 on DGX H100,
+        ~40 GB/s of 50 on NDR); :mod:`tpp.planner` uses this, the chapters' closed forms use
+        the line rate."""
+        return self.collective_efficiency * self.bandwidth
 
     @property
     def bandwidth_GBps(self) -> float:
@@ -152,6 +164,13 @@ LINKS: dict[str, Link] = {
         "InfiniBand NDR: 400 Gb/s per port per direction = 50 GB/s (NVIDIA ConnectX-7; DGX H100 "
         "has one 400 Gb/s port per GPU)", _LAT_NET,
     ),
+    "opa_100_x4_per_node": Link(
+        "Omni-Path 100 Gb/s, 4 ports per 8-GPU node", gbit_per_s(50), 2 * gbit_per_s(50), 10e-6,
+        "inter-node",
+        "Jean Zay as described by Scao et al. 2022 (BLOOM, arXiv:2211.05100, Sec. 3.4.1): 8 "
+        "A100 per node and 4 Omni-Path 100 Gb/s links per node = 50 Gb/s = 6.25 GB/s per GPU",
+        _LAT_NET,
+    ),
     "eth_100g": Link(
         "Ethernet 100GbE", gbit_per_s(100), 2 * gbit_per_s(100), 10e-6, "inter-node",
         "IEEE 802.3ba: 100 Gb/s per direction = 12.5 GB/s", _LAT_NET,
@@ -179,6 +198,14 @@ class GPU:
     peak_flops_fp8: float
     link: str
     source: str
+    #: achievable dense bf16 matmul FLOP/s of the best shape (a measured microbenchmark)
+    matmul_flops_bf16: float = 0.0
+    #: streaming multiprocessors (for wave quantization of GEMM tiles)
+    sms: int = 1
+    #: share of ``memory_bandwidth`` a streaming kernel reaches
+    memory_efficiency: float = 0.9
+    #: where ``matmul_flops_bf16``, ``sms`` and ``memory_efficiency`` come from
+    compute_source: str = ""
 
     @property
     def memory_GB(self) -> float:
@@ -195,27 +222,49 @@ class GPU:
         """FLOPs per byte of HBM traffic above which bf16 matmuls are compute-bound."""
         return self.peak_flops_bf16 / self.memory_bandwidth
 
+    @property
+    def achievable_memory_bandwidth(self) -> float:
+        """Bytes/s a memory-bound element-wise kernel reaches: ``memory_efficiency x HBM``."""
+        return self.memory_efficiency * self.memory_bandwidth
 
+
+_MAMF = ("Maximum Achievable Matmul FLOPS (MAMF), bf16, best shape, mean of 100 iterations: "
+         "S. Bekman, ml-engineering, compute/accelerator/README.md (stas00/ml-engineering), "
+         "table 'Maximum Achievable Matmul FLOPS comparison table': ")
+_HBM = ("; streaming kernels at 90 % of the datasheet HBM bandwidth (assumption: the order "
+        "copy benchmarks such as BabelStream reach)")
 GPUS: dict[str, GPU] = {
     "a100_sxm_80gb": GPU(
         "A100 SXM 80GB", 80 * GB, 2.039e12, 312e12, 0.0, "nvlink3",
         "NVIDIA A100 datasheet: 80 GB HBM2e, 2,039 GB/s, BF16 tensor core 312 TFLOP/s dense "
         "(624 with sparsity), no FP8",
+        matmul_flops_bf16=271.2e12, sms=108,
+        compute_source=_MAMF + "A100 SXM 271.2 TFLOP/s (86.9 % of 312); 108 SMs (NVIDIA "
+        "A100 whitepaper)" + _HBM,
     ),
     "h100_sxm": GPU(
         "H100 SXM 80GB", 80 * GB, 3.35e12, 989.4e12, 1978.9e12, "nvlink4",
         "NVIDIA H100 datasheet (SXM): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOP/s with sparsity "
         "= 989.4 dense, FP8 3,958 sparse = 1,979 dense. Memory taken as 80e9 bytes (the label)",
+        matmul_flops_bf16=794.5e12, sms=132,
+        compute_source=_MAMF + "H100 SXM 794.5 TFLOP/s (80.3 % of 989); 132 SMs (NVIDIA "
+        "H100 whitepaper)" + _HBM,
     ),
     "h100_pcie": GPU(
         "H100 PCIe 80GB", 80 * GB, 2.0e12, 756.5e12, 1513e12, "pcie5_x16",
         "NVIDIA H100 datasheet (PCIe): 80 GB HBM2e, 2 TB/s, BF16 1,513 TFLOP/s sparse = 756.5 "
         "dense, FP8 3,026 sparse = 1,513 dense",
+        matmul_flops_bf16=0.80 * 756.5e12, sms=114,
+        compute_source="no MAMF row for H100 PCIe: assumed 80 % of the dense peak, as measured "
+        "on H100 SXM (" + _MAMF + "); 114 SMs (NVIDIA H100 whitepaper)" + _HBM,
     ),
     "h200_sxm": GPU(
         "H200 SXM 141GB", 141 * GB, 4.8e12, 989.4e12, 1978.9e12, "nvlink4",
         "NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same Hopper compute as H100 SXM "
         "(BF16 989 TFLOP/s dense), NVLink 900 GB/s",
+        matmul_flops_bf16=828.6e12, sms=132,
+        compute_source=_MAMF + "GH200 SXM 828.6 TFLOP/s (the same H200 die, 141 GB HBM3e); "
+        "132 SMs" + _HBM,
     ),
 }
 

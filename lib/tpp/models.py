@@ -9,6 +9,25 @@ Parameter count of a decoder-only transformer (no biases unless ``bias=True``):
 * embeddings: ``vocab * d``, twice when the LM head is not tied; learned positions ``ctx * d``.
 
 The count is compared with the nominal size in the model's name (:meth:`ModelConfig.nominal_error`).
+
+Each preset also carries the training recipe its activation memory depends on
+(:func:`tpp.costs.memory.model_activation_terms`): ``mlp``, ``attention`` (what the real
+training run used) and ``dropout``.
+
+* Llama 2 / Llama 3: SwiGLU, GQA (except Llama 2 7B), no dropout, fused attention. LLaMA
+  (Touvron et al. 2023a, arXiv:2302.13971, Sec. 2.4) trains with "an efficient implementation of
+  the causal multi-head attention" (xformers, with FlashAttention's backward) that saves memory
+  "by not storing the attention weights"; Llama 2 keeps that pretraining setup (Touvron et
+  al. 2023b, Sec. 2.2) and Llama 3 its architecture up to GQA and the vocabulary (Dubey et al.
+  2024, Sec. 3.2). Neither paper lists dropout, and the reference model (meta-llama/llama
+  ``llama/model.py``, commit 0504cf44) has no dropout layer.
+* GPT-3 (Brown et al. 2020) and the Megatron GPT configs (Narayanan et al. 2021, Korthikanti
+  et al. 2022): GELU, dropout 0.1 on the attention probabilities and hidden states (the defaults
+  ``hidden_dropout = attention_dropout = 0.1`` of Megatron-LM's
+  ``megatron/core/transformer/transformer_config.py``, commit d98e8a64), and the attention
+  probabilities materialised (Megatron's fused scale-mask-softmax kernel writes the ``s x s``
+  softmax; these runs predate FlashAttention): ``attention="eager"``, the layer whose ``5as/h``
+  term Korthikanti et al. count.
 """
 
 from __future__ import annotations
@@ -39,6 +58,8 @@ class ModelConfig:
     bias: bool = False
     tied_embeddings: bool = False
     learned_positions: int = 0
+    attention: str = "flash"
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         for field in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size"):
@@ -56,6 +77,11 @@ class ModelConfig:
             raise ValueError(f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}")
         if self.norm not in ("rmsnorm", "layernorm"):
             raise ValueError(f"norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
+        if self.attention not in ("flash", "eager"):
+            raise ValueError(f"attention must be 'flash' (fused, no s x s scores kept) or "
+                             f"'eager', got {self.attention!r}")
+        if not isinstance(self.dropout, bool):
+            raise ValueError(f"dropout must be True or False, got {self.dropout!r}")
 
     # -- shapes --------------------------------------------------------------------------------
     @property
@@ -160,6 +186,7 @@ MODELS: dict[str, ModelConfig] = {
         "d_ff=4d, context 2048 (learned positions), GPT-2 BPE vocab 50257, tied embeddings, "
         "LayerNorm and biases",
         mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True, learned_positions=2048,
+        attention="eager", dropout=True,
     ),
 }
 
@@ -175,7 +202,7 @@ for _key, _name, _L, _h, _a, _n in (
     MODELS[_key] = ModelConfig(
         _name, _L, _h, _a, _a, 4 * _h, 51200, _n,
         _MEG + f"{_L} layers, h={_h}, {_a} heads", mlp="gelu", norm="layernorm", bias=True,
-        tied_embeddings=True, learned_positions=2048,
+        tied_embeddings=True, learned_positions=2048, attention="eager", dropout=True,
     )
 
 
@@ -192,7 +219,7 @@ for _n, _a, _h, _L in NARAYANAN_TABLE1:
     MODELS[f"narayanan2021_{_n:g}b".replace(".", "_")] = ModelConfig(
         f"GPT {_n:g}B (Narayanan 2021)", _L, _h, _a, _a, 4 * _h, 51200, _n * 1e9,
         _NAR + f"{_L} layers, h={_h}, {_a} heads", mlp="gelu", norm="layernorm", bias=True,
-        tied_embeddings=True, learned_positions=2048,
+        tied_embeddings=True, learned_positions=2048, attention="eager", dropout=True,
     )
 
 

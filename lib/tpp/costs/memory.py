@@ -13,9 +13,30 @@ Closed forms per layer (bytes), Korthikanti et al. 2022, eqs. (1)-(3) and Table 
 * full recomputation        ``2 s b h`` (only the layer input; ``/ t`` under SP)     Table 2
 
 :func:`activation_bytes_per_layer` generalises these to any ``d_ff`` and to GQA (``n_kv_heads``,
-with KV replication when ``t > n_kv_heads``); with ``d_ff = 4h`` and ``n_kv_heads = a`` it equals
-the paper's forms exactly. ``tpp.tensor_parallel.block`` counts the tensors its simulated layer
-keeps for backward and the tests assert the count equals these functions.
+with KV replication when ``t > n_kv_heads``), and to the training recipe: ``attention``
+("eager": the softmax materialised, the paper's ``5as/h``; "flash": only a log-sum-exp per row),
+``mlp`` ("gelu": two ``d_ff``-wide tensors; "swiglu": three) and ``dropout`` (masks or none);
+with ``d_ff = 4h``, ``n_kv_heads = a`` and the default recipe it equals the paper's forms
+exactly. :func:`model_activation_terms` takes the recipe from a :mod:`tpp.models` preset.
+``tpp.tensor_parallel.block`` (the GELU layer) and ``tpp.tensor_parallel.llama_block`` (every
+recipe) count the tensors their simulated layers keep for backward, and the tests assert the
+counts equal these functions. :func:`runtime_reserve_terms` states what a process holds beyond
+its tensors.
+
+Conventions against Megatron-LM's ``megatron/training/theoretical_memory_usage.py`` (commit
+d98e8a64ddf34856e74b24714e3bedb2f5a39553), term by term:
+
+* per-layer activations: Megatron ``sbh (18 + 4 d_ff/h) / t`` (SP + selective) and
+  ``sbh (10 + 24/t)`` (otherwise, i.e. no ``5as/h`` whatever the attention): a GELU MLP, MHA
+  and dropout masks always; ours follows the recipe (SwiGLU, GQA, flash, no dropout);
+* in-flight microbatches: Megatron multiplies by ``P`` (1F1B, or ``min(M, P)``) and by the
+  interleaving penalty ``1 + (P-1)/(P v)``; the planner reads the peak from the simulated
+  schedule, each set weighed by its own chunk (``tpp.pipeline.memory``);
+* embedding and output: Megatron adds ``8sbP`` (token ids) + ``sbhP`` (embedding dropout) on the
+  first stage and, with ``P = 1``, ``4sbh(1 + V/h)`` of output-layer input and fp32 logits; the
+  planner counts the fp32 logits ``4sbV/t`` on the last stage only;
+* overhead: Megatron multiplies the no-SP activations by 1.05; ours is the explicit
+  :func:`runtime_reserve_terms` (CUDA context, NCCL buffers, 5 % fragmentation).
 """
 
 from __future__ import annotations
@@ -30,6 +51,11 @@ from tpp.tensor_parallel.attention import attention_split
 __all__ = [
     "SCHEMES",
     "RECOMPUTE",
+    "ATTENTION",
+    "MLP_KINDS",
+    "model_activation_terms",
+    "runtime_reserve_terms",
+    "runtime_reserve_bytes",
     "korthikanti_activation_bytes",
     "activation_bytes_per_layer",
     "activation_terms_per_layer",
@@ -40,6 +66,9 @@ __all__ = [
 
 SCHEMES = ("none", "tp", "tp_sp")
 RECOMPUTE = ("none", "selective", "full")
+#: Attention implementations: fused (FlashAttention) or eager (the softmax materialised).
+ATTENTION = ("flash", "eager")
+MLP_KINDS = ("gelu", "swiglu")
 
 
 def _check_pos(name: str, value: int) -> None:
@@ -94,16 +123,54 @@ def kv_heads_per_rank(n_kv_heads: int, t: int, n_heads: int | None = None) -> in
     return attention_split(q_heads, n_kv_heads, t, replicate_kv=True).kv_heads_per_rank
 
 
+def _check_recipe(attention: str, mlp: str, dropout: bool) -> None:
+    if attention not in ATTENTION:
+        raise ValueError(f"attention={attention!r}: use 'flash' (fused kernel, no s x s scores "
+                         "kept) or 'eager' (the softmax and its dropout are stored)")
+    if mlp not in MLP_KINDS:
+        raise ValueError(f"mlp={mlp!r}: use 'gelu' (two d_ff-wide tensors) or 'swiglu' (three)")
+    if not isinstance(dropout, bool):
+        raise ValueError(f"dropout={dropout!r} must be True or False (False: the recipe has no "
+                         "dropout, e.g. Llama)")
+
+
 def activation_terms_per_layer(
     s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none",
     d_ff: int | None = None, n_kv_heads: int | None = None, act_bytes: int = 2,
-    mask_bytes: int = 1,
+    mask_bytes: int = 1, *, attention: str = "eager", mlp: str = "gelu", dropout: bool = True,
+    lse_bytes: int = 4,
 ) -> dict[str, int]:
     """The tensors one rank keeps for backward in one layer, by name, in bytes (ints).
 
     The generalisation of Korthikanti et al. 2022 Sec. 4.1 (attention 11sbh + 5as^2b, MLP
     19sbh, two LayerNorms 4sbh) to any ``d_ff`` and ``n_kv_heads``. Names match the keys the
-    simulated block (``tpp.tensor_parallel.block``) records.
+    simulated blocks (``tpp.tensor_parallel.block`` for the GELU layer,
+    ``tpp.tensor_parallel.llama_block`` for every recipe) record.
+
+    The recipe (defaults: the paper's layer, so old calls are unchanged):
+
+    * ``attention="eager"``: the softmax output ``2as^2b/t``, and with ``dropout`` its mask
+      ``as^2b/t`` and output ``2as^2b/t`` (Korthikanti's ``5as^2b``; dropped by selective
+      recomputation). ``"flash"`` (FlashAttention, Dao et al. 2022, Alg. 2 and Sec. 3.1):
+      no ``s x s`` tensor; the backward recomputes the scores from Q, K and the row-wise
+      log-sum-exp, kept in fp32 (``lse_bytes = 4``): ``softmax_lse = 4 b (a/t) s`` bytes.
+      Flash's attention dropout regenerates its mask from the RNG state: nothing stored.
+    * ``mlp="gelu"``: ``gelu_input`` and ``fc2_input`` (two ``s b d_ff/t`` tensors).
+      ``"swiglu"`` (Shazeer 2020): the gate and up pre-activations ``x W1``, ``x W3`` and
+      their product ``silu(x W1) * x W3`` (the input of W2): three ``s b d_ff/t`` tensors.
+    * ``dropout``: the two ``sbh`` 1-byte masks after attention and MLP (Llama has none).
+    * ``sp``: the LayerNorm/dropout regions hold ``s/t`` rows (Korthikanti Sec. 4.2.2).
+    * ``recompute="full"``: only the layer input, whatever the recipe.
+
+    Conventions against Megatron-LM's ``megatron/training/theoretical_memory_usage.py``
+    (commit d98e8a64ddf34856e74b24714e3bedb2f5a39553, ``compute_activation_memory``): it uses
+    ``sbh (18 + 4 d_ff/h) / t`` per layer for SP with selective recompute, i.e. our GELU,
+    MHA, dropout, no-``s^2`` layer; it counts neither SwiGLU's third ``d_ff`` tensor (it
+    ignores ``--swiglu`` here, though its parameter count uses it), nor GQA's smaller K and V
+    (a TODO in that file), nor flash's log-sum-exp, and it keeps the dropout masks whatever
+    the dropout rate. Without SP it uses ``sbh (10 + 24/t)`` (eq. 2 without ``5as/h``) and
+    multiplies the activations by 1.05 for "optimizer and miscellaneous temporaries"; our
+    reserve for that is :func:`runtime_reserve_terms`.
     """
     for name, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
         _check_pos(name, v)
@@ -112,6 +179,7 @@ def activation_terms_per_layer(
     _check_pos("d_ff", d_ff)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute={recompute!r}: use one of {', '.join(RECOMPUTE)}")
+    _check_recipe(attention, mlp, dropout)
     if h % a:
         raise ValueError(f"h={h} must be divisible by a={a} heads")
     if a % t:
@@ -128,41 +196,123 @@ def activation_terms_per_layer(
     seq = s // t if sp else s  # rows of the tensors in the LayerNorm/dropout regions
     if recompute == "full":
         return {"layer_input": act_bytes * seq * b * h}
+    heads = a // t
+    ff = d_ff // t
     terms = {
         "ln1_input": act_bytes * seq * b * h,
         "qkv_input": act_bytes * seq * b * h,
-        "q": act_bytes * s * b * (a // t) * dh,
+        "q": act_bytes * s * b * heads * dh,
         "k": act_bytes * s * b * kv_r * dh,
         "v": act_bytes * s * b * kv_r * dh,
-        "softmax_output": act_bytes * b * (a // t) * s * s,
-        "softmax_dropout_mask": mask_bytes * b * (a // t) * s * s,
-        "softmax_dropout_output": act_bytes * b * (a // t) * s * s,
-        "attn_proj_input": act_bytes * s * b * (a // t) * dh,
-        "attn_dropout_mask": mask_bytes * seq * b * h,
-        "ln2_input": act_bytes * seq * b * h,
-        "fc1_input": act_bytes * seq * b * h,
-        "gelu_input": act_bytes * s * b * (d_ff // t),
-        "fc2_input": act_bytes * s * b * (d_ff // t),
-        "mlp_dropout_mask": mask_bytes * seq * b * h,
     }
-    if recompute == "selective":
-        for k in ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output"):
-            del terms[k]
+    if attention == "flash":
+        terms["softmax_lse"] = lse_bytes * b * heads * s
+    elif recompute != "selective":
+        terms["softmax_output"] = act_bytes * b * heads * s * s
+        if dropout:
+            terms["softmax_dropout_mask"] = mask_bytes * b * heads * s * s
+            terms["softmax_dropout_output"] = act_bytes * b * heads * s * s
+    terms["attn_proj_input"] = act_bytes * s * b * heads * dh
+    if dropout:
+        terms["attn_dropout_mask"] = mask_bytes * seq * b * h
+    terms["ln2_input"] = act_bytes * seq * b * h
+    terms["fc1_input"] = act_bytes * seq * b * h
+    if mlp == "swiglu":
+        terms["gate_input"] = act_bytes * s * b * ff
+        terms["up_output"] = act_bytes * s * b * ff
+    else:
+        terms["gelu_input"] = act_bytes * s * b * ff
+    terms["fc2_input"] = act_bytes * s * b * ff
+    if dropout:
+        terms["mlp_dropout_mask"] = mask_bytes * seq * b * h
     return terms
 
 
 def activation_bytes_per_layer(
     s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none",
     d_ff: int | None = None, n_kv_heads: int | None = None, act_bytes: int = 2,
-    mask_bytes: int = 1,
+    mask_bytes: int = 1, *, attention: str = "eager", mlp: str = "gelu", dropout: bool = True,
+    lse_bytes: int = 4,
 ) -> int:
     """Activation bytes one rank keeps per layer (sum of :func:`activation_terms_per_layer`).
 
-    With ``d_ff=4h``, ``n_kv_heads=a``, 2-byte activations and 1-byte masks this equals
-    :func:`korthikanti_activation_bytes` (eqs. (1)-(3) of Korthikanti et al. 2022).
+    With ``d_ff=4h``, ``n_kv_heads=a``, 2-byte activations, 1-byte masks and the default recipe
+    (eager attention, GELU, dropout) this equals :func:`korthikanti_activation_bytes`
+    (eqs. (1)-(3) of Korthikanti et al. 2022).
     """
-    return sum(activation_terms_per_layer(s, b, h, a, t, sp, recompute, d_ff, n_kv_heads,
-                                          act_bytes, mask_bytes).values())
+    return sum(activation_terms_per_layer(
+        s, b, h, a, t, sp, recompute, d_ff, n_kv_heads, act_bytes, mask_bytes,
+        attention=attention, mlp=mlp, dropout=dropout, lse_bytes=lse_bytes).values())
+
+
+def model_activation_terms(
+    model: ModelConfig, s: int, b: int = 1, t: int = 1, sp: bool | None = None,
+    recompute: str = "none", *, attention: str | None = None, dropout: bool | None = None,
+    act_bytes: int = 2, mask_bytes: int = 1,
+) -> dict[str, int]:
+    """:func:`activation_terms_per_layer` for a :mod:`tpp.models` preset and its recipe.
+
+    ``attention`` and ``dropout`` default to what the model's published training used
+    (``model.attention``, ``model.dropout``); ``sp`` defaults to on when ``t > 1`` (Megatron's
+    and Llama 3's choice) and may be switched off.
+    """
+    if not isinstance(model, ModelConfig):
+        raise ValueError("model must be a tpp.models.ModelConfig: use tpp.models.model(name)")
+    sp = t > 1 if sp is None else sp
+    if not isinstance(sp, bool):
+        raise ValueError(f"sp={sp!r} must be True, False or None (None: on when TP > 1)")
+    return activation_terms_per_layer(
+        s, b, model.d_model, model.n_heads, t, sp, recompute, model.d_ff, model.n_kv_heads,
+        act_bytes, mask_bytes, attention=model.attention if attention is None else attention,
+        mlp=model.mlp, dropout=model.dropout if dropout is None else dropout)
+
+
+#: The runtime reserve's parts and their sources (see :func:`runtime_reserve_terms`).
+CUDA_CONTEXT_BYTES = 750 * 2**20
+NCCL_COMMUNICATOR_BYTES = 4 * 2**20 * 32 * 2
+FRAGMENTATION = Fraction(5, 100)
+
+
+def runtime_reserve_terms(
+    transient: int, communicators: int = 1, *, cuda_context: int = CUDA_CONTEXT_BYTES,
+    nccl_per_communicator: int = NCCL_COMMUNICATOR_BYTES,
+    fragmentation: Fraction | float = FRAGMENTATION,
+) -> dict[str, int]:
+    """Memory a training process holds beyond its tensors, in bytes, by part.
+
+    * ``cuda_context``: the CUDA context and kernels of the process, "~700+ MB" as PyTorch's
+      maintainers measure it (discuss.pytorch.org/t/high-gpu-memory-overhead/81330): 750 MiB.
+    * ``nccl_buffers``: per communicator, NCCL's simple-protocol buffer ``DEFAULT_BUFFSIZE``
+      = 4 MiB (NVIDIA/nccl ``src/init.cc``) per channel and ring connection; assuming 32
+      channels (our assumption for an NVLink node, not a measurement) and two ring
+      connections, 256 MiB; one communicator per parallel dimension of degree > 1
+      (``communicators``).
+    * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
+      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
+      caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's
+      ``theoretical_memory_usage.py`` applies to the activations (``overhead_factor = 1.05``,
+      commit d98e8a64ddf34856e74b24714e3bedb2f5a39553). Weights, gradients and optimizer
+      states are allocated once, in large flat buffers, and are not charged.
+
+    Every part is a parameter, so a reader can put what their own cluster measures.
+    """
+    for name, v in (("transient", transient), ("communicators", communicators),
+                    ("cuda_context", cuda_context),
+                    ("nccl_per_communicator", nccl_per_communicator)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name}={v!r} must be an int >= 0 (bytes or a count)")
+    frag = Fraction(fragmentation)
+    if not 0 <= frag < 1:
+        raise ValueError(f"fragmentation={fragmentation!r} must be a share in [0, 1), e.g. 0.05")
+    return {"cuda_context": cuda_context,
+            "nccl_buffers": communicators * nccl_per_communicator,
+            "fragmentation": int(-(-(frag * transient).numerator
+                                   // (frag * transient).denominator))}
+
+
+def runtime_reserve_bytes(transient: int, communicators: int = 1, **kwargs) -> int:
+    """Sum of :func:`runtime_reserve_terms`."""
+    return sum(runtime_reserve_terms(transient, communicators, **kwargs).values())
 
 
 def layer_params_per_rank(model: ModelConfig, t: int = 1, replicate_kv: bool = False) -> int:

@@ -42,7 +42,7 @@ from tpp.collectives import bus_factor
 from tpp.hardware import bytes_per_element
 
 __all__ = ["STAGES", "shard_elements", "model_state_bytes", "model_state_terms",
-           "dp_collectives", "dp_bytes_per_rank"]
+           "dp_collectives", "dp_bytes_per_rank", "adam_state_bytes", "zero3_gather_buffer_bytes"]
 
 STAGES = (0, 1, 2, 3)
 
@@ -58,6 +58,60 @@ def _check_stage(stage: int) -> int:
         raise ValueError(f"ZeRO stage={stage!r}: use 0 (plain DP), 1 (optimizer states), "
                          "2 (+ gradients) or 3 (+ parameters, FSDP)")
     return stage
+
+
+def adam_state_bytes(moment_dtype: str = "fp32", master_weights: bool = True,
+                     master_dtype: str = "fp32") -> int:
+    """Optimizer-state bytes per parameter of mixed-precision Adam: the ZeRO paper's ``K``.
+
+    Two moments (momentum, variance) in ``moment_dtype`` and, with ``master_weights``, a copy
+    of the weights in ``master_dtype``: fp32 moments + fp32 master = 12 (the ZeRO paper's
+    ``K = 12``, Sec. 3.1); bf16 moments + fp32 master = 8; bf16 moments, no master (pure-bf16
+    training with the bf16 weights updated in place, e.g. stochastic rounding) = 4.
+
+    Megatron-LM's ``theoretical_memory_usage.py`` (commit d98e8a64) counts 18 bytes per
+    parameter without the distributed optimizer: bf16 weights 2, **fp32** main gradients 4
+    (``--accumulate-allreduce-grads-in-fp32``), fp32 main weights 4 and fp32 Adam moments 8;
+    with it, ``6 + 12 / DP``. Our ``grad_bytes`` defaults to 2 (the ZeRO paper's ``2 + 2 + K``);
+    pass ``grad_bytes=4`` to :func:`model_state_terms` for Megatron's convention.
+    """
+    sizes = {"fp32": 4, "bf16": 2, "fp16": 2}
+    for name, v in (("moment_dtype", moment_dtype), ("master_dtype", master_dtype)):
+        if v not in sizes:
+            raise ValueError(f"{name}={v!r}: use 'fp32' or 'bf16' (or 'fp16')")
+    if not isinstance(master_weights, bool):
+        raise ValueError(f"master_weights={master_weights!r} must be True (an fp32 copy of "
+                         "the weights) or False")
+    return 2 * sizes[moment_dtype] + (sizes[master_dtype] if master_weights else 0)
+
+
+def zero3_gather_buffer_bytes(unit_params, prefetch_depth: int = 2, param_bytes: int = 2,
+                              grad_bytes: int = 2) -> int:
+    """Bytes of unsharded parameters and gradients a ZeRO-3 / FSDP rank holds at its peak.
+
+    ``unit_params``: parameter counts of the units gathered whole (FSDP wrap units: each
+    layer, the embedding, the LM head). At most ``prefetch_depth`` units are gathered at once
+    (FSDP's default is 2: the running unit and the one prefetched, its ``limit_all_gathers``
+    rate limiter allowing two all-gathers in flight), and the running unit's full gradient
+    exists until it is reduce-scattered. Any unit may be the largest, so::
+
+        largest unit x (prefetch_depth x param_bytes + grad_bytes)
+
+    With ``prefetch_depth=1`` this is DeepSpeed's ``largest_layer_memory =
+    4 * largest_layer_params`` (microsoft/DeepSpeed ``docs/code-docs/source/memory.rst``: "2
+    bytes fp16 params are gathered and 2 bytes fp16 grads are computed"), whose largest layer is
+    usually the embedding or LM head. (DeepSpeed's 18 bytes per sharded parameter count fp32
+    gradients; ours are ``grad_bytes`` of :func:`model_state_terms`.)
+    """
+    units = list(unit_params)
+    if not units or any(isinstance(u, bool) or not isinstance(u, int) or u < 0 for u in units):
+        raise ValueError("unit_params must be a non-empty list of parameter counts (ints >= 0): "
+                         "one per FSDP unit (layer, embedding, LM head)")
+    _check_int("prefetch_depth", prefetch_depth, 1,
+               "units gathered at once (1: no prefetch, 2: FSDP's default)")
+    _check_int("param_bytes", param_bytes, 1, "bytes per gathered parameter (2 for bf16)")
+    _check_int("grad_bytes", grad_bytes, 0, "bytes per unsharded gradient (2 for bf16)")
+    return max(units) * (prefetch_depth * param_bytes + grad_bytes)
 
 
 def shard_elements(n_params: int, dp: int) -> int:

@@ -6,11 +6,33 @@ Mixed into :class:`tpp.pipeline.simulate.SimResult`, which provides ``timeline``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from numbers import Real
 
 from tpp.pipeline.ir import Overlap
 
 Time = Real  # int, Fraction or float
+
+
+def _per_stage(name: str, x):
+    """``x`` as a function of the global stage: a number for all, or a sequence by stage."""
+    def bad(v) -> bool:
+        return not isinstance(v, Real) or isinstance(v, bool) or v < 0
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        if not x or any(bad(v) for v in x):
+            raise ValueError(f"{name} must be non-negative numbers of bytes, one per global "
+                             f"stage (got {x!r})")
+        vals = list(x)
+
+        def get(stage: int):
+            if not 0 <= stage < len(vals):
+                raise ValueError(f"{name} has {len(vals)} entries but the schedule has stage "
+                                 f"{stage}: give one per global stage (P x v)")
+            return vals[stage]
+        return get
+    if bad(x):
+        raise ValueError(f"{name} must be a non-negative number of bytes (got {x!r})")
+    return lambda stage: x
 
 
 class ActivationMemory:
@@ -61,42 +83,48 @@ class ActivationMemory:
         """Peak per rank with the given release rule (see :meth:`inflight_over_time`)."""
         return [max(self.inflight_over_time(r, release)[1]) for r in range(self.ranks)]
 
-    def activation_bytes_over_time(self, rank: int, stage_bytes: Time,
-                                   input_bytes: Time = 0) -> tuple[list, list]:
+    def activation_bytes_over_time(self, rank: int, stage_bytes, input_bytes=0
+                                   ) -> tuple[list, list]:
         """Step function ``(times, bytes)`` of the activations ``rank`` holds.
 
         ``stage_bytes``: what one stage stores for the backward of one microbatch;
-        ``input_bytes``: that stage's input (one boundary activation). Without recompute a set
-        weighs ``stage_bytes`` from the start of its F to the end of its B (or W). With
-        ``recompute`` it weighs ``input_bytes`` over that span, and the rank holds
-        ``stage_bytes`` more from the start of each backward (B, I or an F&B pair) to the end
-        of that microbatch's B (or W): the re-materialised activations of one stage."""
-        for name, x in (("stage_bytes", stage_bytes), ("input_bytes", input_bytes)):
-            if not isinstance(x, Real) or isinstance(x, bool) or x < 0:
-                raise ValueError(f"{name} must be a non-negative number of bytes (got {x!r})")
-        held = input_bytes if self.recompute else stage_bytes
+        ``input_bytes``: that stage's input (one boundary activation). Each is a number (every
+        stage the same) or a sequence indexed by global stage (chunks of uneven sizes: an
+        interleaved rank holding chunks of 5 and 4 layers weighs each set by its own chunk, not
+        by the largest). Without recompute a set weighs ``stage_bytes`` from the start of its F
+        to the end of its B (or W). With ``recompute`` it weighs ``input_bytes`` over that
+        span, and the rank holds ``stage_bytes`` more from the start of each backward (B, I or
+        an F&B pair) to the end of that microbatch's B (or W): the re-materialised activations
+        of one stage."""
+        sb, ib = _per_stage("stage_bytes", stage_bytes), _per_stage("input_bytes", input_bytes)
+
+        def held(stage: int):
+            return ib(stage) if self.recompute else sb(stage)
+
         events: list[tuple[Time, Time]] = []
         back_start: dict[tuple[int, int], Time] = {}
         rows = sorted((s, e, a) for r, a, s, e in self.timeline if r == rank)
         for s, e, a in rows:
             if type(a) is Overlap:
-                events += [(s, held), (e, -held)]
+                fs, bs = a.forward.stage, a.backward.stage
+                events += [(s, held(fs)), (e, -held(bs))]
                 if self.recompute:
-                    events += [(s, stage_bytes), (e, -stage_bytes)]
+                    events += [(s, sb(bs)), (e, -sb(bs))]
                 continue
             if a.kind == "F":
-                events.append((s, held))
+                events.append((s, held(a.stage)))
             elif a.kind == "I":
                 back_start[(a.stage, a.microbatch)] = s
             elif a.kind in ("B", "W"):
-                events.append((e, -held))
+                events.append((e, -held(a.stage)))
                 if self.recompute:
                     start = s if a.kind == "B" else back_start[(a.stage, a.microbatch)]
-                    events += [(start, stage_bytes), (e, -stage_bytes)]
+                    events += [(start, sb(a.stage)), (e, -sb(a.stage))]
         events.sort(key=lambda x: (x[0], x[1]))
+        zero = 0 * sb(0)
         times: list = [0 * self.makespan]
-        amounts: list = [0 * held]
-        level = 0 * held
+        amounts: list = [zero]
+        level = zero
         for t, delta in events:
             level = level + delta
             if t == times[-1]:
@@ -106,7 +134,8 @@ class ActivationMemory:
                 amounts.append(level)
         return times, amounts
 
-    def peak_activation_bytes(self, stage_bytes: Time, input_bytes: Time = 0) -> list[Time]:
-        """Peak of :meth:`activation_bytes_over_time` for every rank."""
+    def peak_activation_bytes(self, stage_bytes, input_bytes=0) -> list[Time]:
+        """Peak of :meth:`activation_bytes_over_time` for every rank (numbers or per-stage
+        sequences, as there)."""
         return [max(self.activation_bytes_over_time(r, stage_bytes, input_bytes)[1])
                 for r in range(self.ranks)]

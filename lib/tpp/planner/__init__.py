@@ -6,12 +6,14 @@
 (16384, {'tp': 1, 'cp': 0, 'dp': 1, 'pp': 0})
 """
 
+from tpp.planner.compare import Comparison, compare_published, error_summary
 from tpp.planner.estimate import Estimate, default_inter_link, evaluate
 from tpp.planner.layout import AXES, RECOMPUTE, Layout, chunk_rank, layers_per_chunk
 from tpp.planner.published import PUBLISHED, Published, published
 from tpp.planner.search import candidate_layouts, plan
 
 __all__ = [
-    "AXES", "PUBLISHED", "RECOMPUTE", "Estimate", "Layout", "Published", "candidate_layouts",
+    "AXES", "PUBLISHED", "RECOMPUTE", "Comparison", "Estimate", "compare_published",
+    "error_summary", "Layout", "Published", "candidate_layouts",
     "chunk_rank", "default_inter_link", "evaluate", "layers_per_chunk", "plan", "published",
 ]

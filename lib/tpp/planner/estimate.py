@@ -5,22 +5,36 @@ Every term comes from a module that owns it:
 * weights, gradients, optimizer states: :func:`tpp.costs.zero.model_state_terms` on the
   parameters one rank holds (:func:`tpp.costs.memory.layer_params_per_rank` per layer; the
   vocabulary-parallel embedding and LM head split ``TP`` ways), ZeRO sharding over DP x CP;
-* activations: :func:`tpp.costs.memory.activation_bytes_per_layer` (Korthikanti et al. 2022, with
-  sequence parallelism when TP > 1, the sequence split ``CP`` ways), times the activation sets a
-  rank holds at its peak, read from the simulated schedule (:mod:`tpp.pipeline`);
-* compute: :func:`tpp.costs.flops.training_flops_per_layer` at a stated MFU;
-* TP collectives (:func:`tpp.costs.tp.tp_comm_time`) and CP all-gathers
-  (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's forward/backward time;
+  optimizer states in :func:`tpp.costs.zero.adam_state_bytes` per parameter (``moment_dtype``,
+  ``master_weights``), gradients in ``grad_bytes``;
+* activations: :func:`tpp.costs.memory.model_activation_terms` (Korthikanti et al. 2022
+  generalised: the model's attention implementation, MLP kind and dropout, sequence parallelism
+  on by default when TP > 1, the sequence split ``CP`` ways), weighted by the layers of each
+  activation set a rank holds, at its peak, read from the simulated schedule
+  (:meth:`tpp.pipeline.simulate.SimResult.peak_activation_bytes`, exact with uneven chunks);
+  under full recomputation one layer's activations are re-materialised during its backward;
+* ZeRO-3 gathered parameters: :func:`tpp.costs.zero.zero3_gather_buffer_bytes` over the rank's
+  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
+* a runtime reserve (CUDA context, NCCL buffers, allocator fragmentation):
+  :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
+* compute: :func:`tpp.costs.compute.layer_time`, kernel by kernel (GEMMs from their shapes at
+  the GPU's measured matmul rate with wave quantization, flash or eager attention, element-wise
+  work from its bytes), :func:`tpp.costs.compute.head_time` for the LM head and
+  :func:`tpp.costs.compute.optimizer_step_time`; ``mfu=`` replaces it with the flat model
+  (:func:`tpp.costs.flops.training_flops_per_layer` at that share of peak);
+* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, blocking, at the link's bus bandwidth)
+  and CP all-gathers (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's
+  forward/backward time;
 * the pipeline's makespan, bubble included, is the event simulation of the schedule
   (:func:`tpp.pipeline.simulate`) with those per-stage times and the boundary transfers;
-* DP/ZeRO bytes: :func:`tpp.costs.zero.dp_bytes_per_rank`, one ring collective per layer (an
-  FSDP unit or DDP bucket), each paying ``ring_steps x alpha`` (a ring at thousands of ranks is
-  latency-bound: NCCL switches to trees there, so this is pessimistic); gradient reductions
-  overlap with the backward (the last microbatch's, or every microbatch's for stages 2-3),
-  ZeRO-3's all-gathers with compute; the weight all-gather after the update (stages 1-2) is exposed.
+* DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.overlap`
+  (:func:`tpp.planner.exposed.dp_cost`): gradient buckets behind the backward, FSDP gathers
+  prefetched, the distributed optimizer's gathers behind the next forward, compute slowed while
+  NCCL holds SMs; what the compute stream waits for, plus that slowdown, is added to the step.
 
-Not modelled: the optimizer step's own time, kernel launch gaps, link contention between axes,
-the memory allocator's fragmentation. Memory is compared with the full capacity of the GPU.
+Not modelled: clock throttling, stragglers, kernel-launch gaps beyond a fixed cost per kernel,
+contention between PP and DP traffic on the NIC (the pipeline is simulated apart).
+Memory, the runtime reserve included, is compared with the full capacity of the GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from functools import lru_cache
 
 from tpp import hardware
 from tpp.collectives import alpha_beta_time, ring_steps
+from tpp.costs import compute as ccomp
 from tpp.costs import flops as cflops
 from tpp.costs import memory as cmem
 from tpp.costs import tp as ctp
@@ -37,6 +52,7 @@ from tpp.costs import zero as czero
 from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
+from tpp.planner.exposed import dp_cost
 from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
@@ -73,6 +89,9 @@ class Estimate:
         if self.memory_bytes is None:
             return f"{head}: " + "; ".join(self.problems)
         mem = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in self.memory.items() if v)
+        if self.step_time is None:
+            return (f"{head}: {self.memory_bytes / 1e9:.1f} GB per GPU ({mem}): "
+                    + "; ".join(self.problems))
         t = ", ".join(f"{k} {v:.3f}" for k, v in self.time.items())
         verdict = "fits" if self.fits else "does not fit: " + "; ".join(self.problems)
         return (f"{head}: {self.memory_bytes / 1e9:.1f} GB per GPU ({mem}) of "
@@ -86,7 +105,7 @@ def default_inter_link(gpu: str) -> str:
 
 
 def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq_len: int,
-                        global_batch: int) -> list[str]:
+                        global_batch: int, sp: bool | None = None) -> list[str]:
     p = []
     if model.n_heads % lay.tp:
         p.append(f"TP={lay.tp} does not divide the {model.n_heads} attention heads: use a TP "
@@ -107,7 +126,7 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     if seq_len % lay.cp or (lay.cp > 1 and seq_len % (2 * lay.cp)):
         p.append(f"CP={lay.cp} must split seq_len={seq_len} into 2 x CP equal chunks "
                  "(zig-zag balance)")
-    elif lay.tp > 1 and (seq_len // lay.cp) % lay.tp:
+    elif lay.tp > 1 and (lay.sp if sp is None else sp) and (seq_len // lay.cp) % lay.tp:
         p.append(f"sequence parallelism needs TP={lay.tp} to divide the {seq_len // lay.cp} "
                  "tokens per CP rank")
     per_replica, rem = divmod(global_batch, lay.dp * lay.microbatch_size)
@@ -121,15 +140,70 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     return p
 
 
-def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
-    sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
-    res = simulate(sched, t_f=list(t_f), t_b=list(t_b), p2p_latency=transfer)
-    return res.makespan, res.busy, res.peak_inflight
+@lru_cache(maxsize=4096)
+def _layer_time(model, b, s, t, dev, sp, att, cp):
+    return ccomp.layer_time(model, b, s, t, dev, sp=sp, attention=att, cp=cp)
 
 
 @lru_cache(maxsize=4096)
-def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
-    """Makespan, busy time per rank and peak in-flight activation sets per rank (cached).
+def _head_time(model, b, s, t, dev):
+    return ccomp.head_time(model, b, s, t, dev)
+
+
+def _hsdp_shard(lay: Layout, gpus_per_node: int) -> int:
+    """Ranks of one HSDP shard group: the DP x CP ranks inside one node (TP fastest)."""
+    return max(1, min(lay.dp * lay.cp, gpus_per_node // lay.tp))
+
+
+def _dp_times(lay: Layout, n_params: int, M: int, units: int, gpus_per_node: int,
+              intra: hardware.Link, inter: hardware.Link) -> tuple[float, float]:
+    """(all DP/ZeRO traffic time, the part that can never hide) of one step on one rank.
+
+    One ring collective per layer (an FSDP unit or DDP bucket) at the link's bus bandwidth,
+    each paying ``ring_steps x alpha``. ZeRO-1/2's weight all-gather after the update is the
+    part that cannot hide. HSDP: ZeRO-3's collectives over the node's shard group on NVLink
+    plus one all-reduce of the gradient shard across the replicas (inter-node) per step.
+    """
+    dp_n = lay.dp * lay.cp
+    if dp_n == 1:
+        return 0.0, 0.0
+
+    def ring(n_par: int, n: int, stage: int, link: hardware.Link, m: int) -> float:
+        byt = czero.dp_bytes_per_rank(n_par, n, stage, "bf16", m)
+        ops = czero.dp_collectives(stage, m)
+        return byt / link.bus_bandwidth + units * link.latency * sum(
+            c * ring_steps(op, n) for op, c in ops.items())
+
+    if lay.hsdp:
+        shard = _hsdp_shard(lay, gpus_per_node)
+        total = ring(n_params, shard, 3, intra, M) if shard > 1 else 0.0
+        reps = dp_n // shard
+        if reps > 1:
+            total += ring(-(-n_params // shard), reps, 0, inter, 1)
+        return total, 0.0
+    link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
+    total = ring(n_params, dp_n, lay.zero, link, M)
+    after = 0.0
+    if lay.zero in (1, 2):
+        after = (czero.dp_bytes_per_rank(n_params, dp_n, 1, "bf16") / 2 / link.bus_bandwidth
+                 + units * link.latency * ring_steps("all_gather", dp_n))
+    return total, after
+
+
+def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
+              chunks: tuple | None = None):
+    sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
+    res = simulate(sched, t_f=list(t_f), t_b=list(t_b), p2p_latency=transfer)
+    layers = res.peak_activation_bytes(list(chunks)) if chunks else None
+    return res.makespan, res.busy, res.peak_inflight, layers
+
+
+@lru_cache(maxsize=4096)
+def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
+              chunks: tuple | None = None):
+    """Makespan, busy time per rank, peak in-flight activation sets per rank and (with the
+    layers of each chunk, ``chunks``) the peak of the layers' activations a rank holds at once,
+    each set weighed by its own chunk (cached).
 
     Past ``M = 6 P`` both schedules are in their steady state (with uneven stages the
     interleaved one needs about four groups of ``P`` to settle): one more group of ``P``
@@ -139,29 +213,67 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
     """
     if pp == 1:
         busy = m * (t_f[0] + t_b[0])
-        return busy, [busy], [1]
+        return busy, [busy], [1], ([sum(chunks)] if chunks else None)
     if m <= 6 * pp:
-        return _simulate(pp, m, v, t_f, t_b, transfer)
-    t5, _, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
-    t6, busy6, peak6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer)
+        return _simulate(pp, m, v, t_f, t_b, transfer, chunks)
+    t5, _, _, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
+    t6, busy6, peak6, layers6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer, chunks)
     makespan = t6 + (t6 - t5) * (m - 6 * pp) / pp
-    return makespan, [b * m / (6 * pp) for b in busy6], peak6
+    return makespan, [b * m / (6 * pp) for b in busy6], peak6, layers6
+
+
+def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, master_weights,
+                          grad_bytes, zero3_prefetch, runtime_reserve) -> int:
+    """Validate :func:`evaluate`'s memory options; return the optimizer bytes per parameter."""
+    if attention is not None and attention not in cmem.ATTENTION:
+        raise ValueError(f"attention={attention!r}: use 'flash', 'eager' or None (the model's "
+                         "own recipe)")
+    for name, v in (("dropout", dropout), ("sequence_parallel", sequence_parallel)):
+        if v is not None and not isinstance(v, bool):
+            raise ValueError(f"{name}={v!r} must be True, False or None (None: the default, "
+                             "the model's recipe / SP on when TP > 1)")
+    if not isinstance(runtime_reserve, bool):
+        raise ValueError(f"runtime_reserve={runtime_reserve!r} must be True or False")
+    for name, v, low in (("grad_bytes", grad_bytes, 0), ("zero3_prefetch", zero3_prefetch, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name}={v!r} must be an int >= {low}")
+    return czero.adam_state_bytes(moment_dtype, master_weights)
 
 
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
-             gpus_per_node: int = 8, seq_len: int, global_batch: int, mfu: float = 0.4,
-             inter_link: str | None = None, gpus: int | None = None,
-             time_bound: float | None = None) -> Estimate:
+             gpus_per_node: int = 8, seq_len: int, global_batch: int,
+             mfu: float | None = None, attention_kernel: str | None = None,
+             dp_overlap: bool = True, inter_link: str | None = None, gpus: int | None = None,
+             time_bound: float | None = None, attention: str | None = None,
+             dropout: bool | None = None, sequence_parallel: bool | None = None,
+             moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
+             zero3_prefetch: int = 2, runtime_reserve: bool = True,
+             memory_first: bool = False) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
-    sequences; ``mfu`` is the share of peak bf16 FLOP/s the matmuls reach; ``gpu`` a
+    sequences. Compute is timed kernel by kernel (:mod:`tpp.costs.compute`: each GEMM from its
+    shape; ``attention_kernel`` "flash2" (FlashAttention-2, the default with flash attention),
+    "flash3" or "eager" (the default with ``attention="eager"``); element-wise work from its
+    bytes);
+    ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
+    ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
+    ``gpu`` a
     :mod:`tpp.hardware` preset (its NVLink carries TP and CP inside a node), ``inter_link`` the
     network between nodes (default :func:`default_inter_link`). ``gpus``, when given, must equal
     ``layout.gpus``. ``time_bound`` (seconds): when the busiest rank's compute alone, a lower
     bound of the step time, exceeds it, stop before simulating the pipeline and return an
     estimate with ``step_time=None``, that bound in ``time["compute_lower_bound"]`` and the
     reason in ``problems`` (the search uses it to skip layouts that cannot win).
+
+    Memory options: ``attention`` ("flash" / "eager") and ``dropout`` default to the model's
+    recipe (``model.attention``, ``model.dropout``); ``sequence_parallel`` defaults to on when
+    TP > 1; ``moment_dtype`` ("fp32" / "bf16") and ``master_weights`` set the optimizer bytes
+    (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
+    Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
+    ``runtime_reserve=False`` drops the CUDA-context / NCCL / fragmentation reserve.
+    ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
+    timeline (``step_time=None``; the search uses it).
     """
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
@@ -175,14 +287,21 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if gpus is not None and gpus != layout.gpus:
         raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
                          f"{gpus}: change a degree so the product is {gpus}")
-    if not 0 < mfu <= 1:
-        raise ValueError(f"mfu={mfu} must be in (0, 1]")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
+    if attention_kernel not in (None, *ccomp.ATTENTION):
+        raise ValueError(f"attention_kernel={attention_kernel!r}: use 'flash2' or 'flash3' "
+                         "(fused, no s x s scores) or 'eager' (scores materialised)")
+    optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
+                                            master_weights, grad_bytes, zero3_prefetch,
+                                            runtime_reserve)
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
-                                                   global_batch), capacity=dev.memory,
+                                                   global_batch, sequence_parallel),
+                   capacity=dev.memory,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
         return est
@@ -203,23 +322,40 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     params[0] += first
     params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
-    peak = dev.peak_flops_bf16 * mfu
-    f_layer = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp)
-    tr_layer = cflops.training_flops_per_layer(model, b, seq_len, lay.recompute) / (t * lay.cp)
-    f_head = 2 * b * seq_len * h * V / (t * lay.cp)
-    sp = t > 1
-    tp_f = ctp.tp_comm_time(b, s, h, t, intra.bandwidth, intra.latency, 1, "forward", sp) \
-        if t > 1 else 0.0
-    tp_b = ctp.tp_comm_time(b, s, h, t, intra.bandwidth, intra.latency, 1, "step", sp,
+    sp = t > 1 and (lay.sp if sequence_parallel is None else sequence_parallel)
+    mem_att = attention or model.attention
+    att = attention_kernel or ("eager" if mem_att == "eager" else "flash2")
+    if (att == "eager") != (mem_att == "eager"):
+        raise ValueError(f"attention_kernel={att!r} with attention={mem_att!r}: a flash kernel "
+                         "keeps no s x s scores and an eager one does; make them agree")
+    if mfu is not None:  # the old flat-MFU model, on request
+        peak = dev.peak_flops_bf16 * mfu
+        f_l = cflops.forward_flops_per_layer(model, b, seq_len) / (t * lay.cp) / peak
+        tr_l = cflops.training_flops_per_layer(model, b, seq_len, lay.recompute) / (
+            t * lay.cp) / peak
+        b_l = tr_l - f_l
+        hf = 2 * b * seq_len * h * V / (t * lay.cp) / peak
+        hb = 2 * hf
+    else:
+        lt = _layer_time(model, b, seq_len, t, dev, sp, att, lay.cp)
+        f_l = lt.forward
+        b_l = lt.backward + {"none": 0.0, "full": lt.forward,
+                             "selective": lt.attention_f if att == "eager" else 0.0
+                             }[lay.recompute]
+        hf, hb = _head_time(model, b, s, t, dev)
+    tp_bw = intra.bus_bandwidth
+    tp_f = ctp.tp_comm_time(b, s, h, t, tp_bw, intra.latency, 1, "forward",
+                            sp) if t > 1 else 0.0
+    tp_b = ctp.tp_comm_time(b, s, h, t, tp_bw, intra.latency, 1, "step", sp,
                             recompute=lay.recompute) - tp_f if t > 1 else 0.0
     cp_link = intra if lay.nodes_spanned("cp", gpus_per_node) == 1 else inter
     kv = 2 * b * seq_len * cmem.kv_heads_per_rank(model.n_kv_heads, t) * model.d_head * 2
-    cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bandwidth, cp_link.latency)
+    cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bus_bandwidth, cp_link.latency)
     t_f, t_b = [], []
     for c, n in enumerate(chunks):
-        head = f_head if c == len(chunks) - 1 else 0.0
-        t_f.append(n * (f_layer / peak + tp_f + cp_f) + head / peak)
-        t_b.append(n * ((tr_layer - f_layer) / peak + tp_b + 2 * cp_f) + 2 * head / peak)
+        last_chunk = c == len(chunks) - 1
+        t_f.append(n * (f_l + tp_f + cp_f) + (hf if last_chunk else 0.0))
+        t_b.append(n * (b_l + tp_b + 2 * cp_f) + (hb if last_chunk else 0.0))
     lower = M * max(sum(t_f[c] + t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == q)
                     for q in range(P))
     if time_bound is not None and lower > time_bound:
@@ -228,52 +364,82 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         return est
     pp_link = inter if lay.nodes_spanned("pp", gpus_per_node) > 1 else intra
     boundary = b * s * h * 2 // t  # scatter-gather: each TP rank sends 1/t (Narayanan 2021)
-    transfer = alpha_beta_time("send", boundary, 2, pp_link.bandwidth, pp_link.latency) \
+    transfer = alpha_beta_time("send", boundary, 2, pp_link.bus_bandwidth, pp_link.latency) \
         if P > 1 else 0.0
-    makespan, busy, inflight = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer)
+    makespan, busy, inflight, held_layers = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer,
+                                                      tuple(chunks))
     # -- memory of each pipeline rank ----------------------------------------------------------
-    act_layer = cmem.activation_bytes_per_layer(
-        s, b, h, model.n_heads, t, sp, lay.recompute, model.d_ff, model.n_kv_heads)
+    recipe = {"attention": attention, "dropout": dropout}
+    act_layer = sum(cmem.model_activation_terms(model, s, b, t, sp, lay.recompute,
+                                                **recipe).values())
+    # full recomputation re-materialises one layer's activations during its backward
+    rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
+                                                      **recipe).values())
+                      if lay.recompute == "full" else 0)
+    communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
+    shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
     best = None
     for r in range(P):
-        terms = czero.model_state_terms(params[r], lay.dp * lay.cp, lay.zero)
-        per_chunk = max(chunks[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-        terms["activations"] = inflight[r] * per_chunk * act_layer
+        terms = czero.model_state_terms(params[r], shard_n, lay.zero,
+                                        grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
+        terms["activations"] = held_layers[r] * act_layer
+        terms["recompute_buffer"] = rematerialised
         terms["logits"] = 4 * b * s * -(-V // t) if r == P - 1 else 0
-        terms["zero3_gathered"] = 2 * 2 * layer_p if lay.zero == 3 else 0
+        units = [layer_p] if est.layers[r] else []
+        units += [first] if r == 0 else []
+        units += [last - model.norm_params] if r == P - 1 and (
+            P > 1 or not model.tied_embeddings) else []
+        terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
+            units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
+        transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
+                                            "zero3_gathered"))
+        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
+                                    if runtime_reserve else 0)
         total = sum(terms.values())
         if best is None or total > best[0]:
             best = (total, r, terms)
     est.memory_bytes, est.heaviest_rank, est.memory = best
-    # -- data parallelism ----------------------------------------------------------------------
-    dp_n = lay.dp * lay.cp
     r = est.heaviest_rank
-    dp_link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
-    dp_bytes = czero.dp_bytes_per_rank(params[r], dp_n, lay.zero, "bf16", M) if dp_n > 1 else 0
-    # one collective per layer (FSDP unit / DDP bucket), each paying ring_steps x alpha
-    units = est.layers[r] + (r == 0) + (r == P - 1)
-    alpha = dp_link.latency
-    ops = czero.dp_collectives(lay.zero, M)
-    dp_time = dp_bytes / dp_link.bandwidth + units * alpha * sum(
-        c * ring_steps(op, dp_n) for op, c in ops.items())
-    after = 0.0  # the weight all-gather after the update cannot hide (stages 1, 2)
-    if lay.zero in (1, 2) and dp_n > 1:
-        after = (czero.dp_bytes_per_rank(params[r], dp_n, 1, "bf16") / 2 / dp_link.bandwidth
-                 + units * alpha * ring_steps("all_gather", dp_n))
-    per_mb_b = sum(t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-    per_mb_f = sum(t_f[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-    window = {0: per_mb_b, 1: per_mb_b, 2: M * per_mb_b, 3: M * (per_mb_f + per_mb_b)}[lay.zero]
-    dp_exposed = after + max(0.0, dp_time - after - window)
+    if memory_first and est.memory_bytes > dev.memory:
+        est.problems.append(_over(est.memory_bytes, r, dev))
+        return est
+    # -- data parallelism ----------------------------------------------------------------------
+    mine = [c for c in range(len(chunks)) if chunk_rank(c, P) == r]
+    lf = [t_f[c] / chunks[c] for c in mine for _ in range(chunks[c])]
+    lb = [t_b[c] / chunks[c] for c in mine for _ in range(chunks[c])]
+    nbytes = [2 * layer_p] * len(lf)
+    nbytes[0] += 2 * (first if r == 0 else 0)
+    nbytes[-1] += 2 * (params[r] - layer_p * len(lf) - (first if r == 0 else 0))
+    opt = ccomp.optimizer_step_time(-(-params[r] // (shard_n if lay.zero else 1)), dev)
+    if lay.hsdp:  # ZeRO-3 inside the node, then one all-reduce of the shard across nodes
+        dp_exposed, dp_time = dp_cost(lf, lb, M, 3, shard_n, nbytes, intra, "nvlink",
+                                      dp_overlap)
+        reps = lay.dp * lay.cp // shard_n
+        if reps > 1:
+            ar, _ = _dp_times(Layout(dp=reps), -(-params[r] // shard_n), 1, len(lf),
+                              gpus_per_node, inter, inter)
+            dp_time += ar
+            dp_exposed += max(0.0, ar - (sum(lb) if dp_overlap else 0.0))
+    else:
+        dp_link = inter if lay.nodes_spanned("dp", gpus_per_node) > 1 else intra
+        dp_exposed, dp_time = dp_cost(lf, lb, M, lay.zero, lay.dp * lay.cp, nbytes, dp_link,
+                                      "nic" if dp_link is inter else "nvlink", dp_overlap)
     compute = max(busy)
     est.time = {"compute": compute, "pipeline_bubble": makespan - compute,
-                "dp_total": dp_time, "dp_exposed": dp_exposed}
-    est.step_time = makespan + dp_exposed
+                "dp_total": dp_time, "dp_exposed": dp_exposed, "optimizer": opt}
+    # the timeline's DP cost is measured against its own compute, which includes the
+    # optimizer step; the step adds the optimizer once
+    est.step_time = makespan + dp_exposed + opt
     est.model_flops_per_step = global_batch * (
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
         + 3 * 2 * seq_len * h * V)
     if est.memory_bytes > dev.memory:
-        est.problems.append(f"needs {est.memory_bytes / 1e9:.1f} GB per GPU on pipeline rank "
-                            f"{r}, {(est.memory_bytes - dev.memory) / 1e9:.1f} GB over the "
-                            f"{dev.memory / 1e9:.0f} GB of a {dev.name}")
+        est.problems.append(_over(est.memory_bytes, r, dev))
     est.fits = not est.problems
     return est
+
+
+def _over(need: int, r: int, dev: hardware.GPU) -> str:
+    return (f"needs {need / 1e9:.1f} GB per GPU on pipeline rank {r}, "
+            f"{(need - dev.memory) / 1e9:.1f} GB over the {dev.memory / 1e9:.0f} GB of a "
+            f"{dev.name}")

@@ -28,7 +28,9 @@ class Layout:
     """Degrees of tensor (``tp``), pipeline (``pp``), data (``dp``) and context (``cp``)
     parallelism; ``virtual`` model chunks per pipeline rank (interleaved 1F1B when > 1);
     ``microbatch_size`` sequences per microbatch; ZeRO stage ``zero`` over the DP x CP group;
-    activation ``recompute`` "none", "selective" or "full" (Korthikanti et al. 2022)."""
+    activation ``recompute`` "none", "selective" or "full" (Korthikanti et al. 2022);
+    ``sp`` sequence parallelism when TP > 1; ``hsdp`` ZeRO-3 within a node, replicas across
+    nodes (hybrid sharding)."""
 
     tp: int = 1
     pp: int = 1
@@ -38,6 +40,10 @@ class Layout:
     microbatch_size: int = 1
     zero: int = 0
     recompute: str = "none"
+    #: sequence parallelism in the TP group (Korthikanti et al. 2022); ignored when tp == 1
+    sp: bool = True
+    #: HSDP (PyTorch FSDP2 / torchtitan): ZeRO-3 sharded within a node, replicated across
+    hsdp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp"):
@@ -48,6 +54,11 @@ class Layout:
             raise ValueError(f"zero={self.zero!r}: use ZeRO stage 0, 1, 2 or 3")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute={self.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+        if not isinstance(self.sp, bool) or not isinstance(self.hsdp, bool):
+            raise ValueError("sp and hsdp are True or False")
+        if self.hsdp and self.zero != 3:
+            raise ValueError(f"hsdp=True shards parameters within a node (ZeRO-3) and "
+                             f"replicates across nodes: set zero=3 (got zero={self.zero})")
         if self.virtual > 1 and self.pp == 1:
             raise ValueError(f"virtual={self.virtual} needs a pipeline: set pp >= 2 or virtual=1")
 
@@ -99,8 +110,10 @@ class Layout:
 
     def __str__(self) -> str:
         v = f" v={self.virtual}" if self.virtual > 1 else ""
+        z = "HSDP" if self.hsdp else f"ZeRO-{self.zero}"
+        sp = " no-SP" if self.tp > 1 and not self.sp else ""
         return (f"TP{self.tp} CP{self.cp} PP{self.pp} DP{self.dp}{v} b={self.microbatch_size}"
-                f" ZeRO-{self.zero} recompute={self.recompute}")
+                f" {z} recompute={self.recompute}{sp}")
 
 
 def layers_per_chunk(n_layers: int, chunks: int) -> list[int]:

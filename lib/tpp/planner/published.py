@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpp import models as _models
 from tpp.models import NARAYANAN_TABLE1
 from tpp.planner.layout import Layout
 
@@ -26,10 +27,38 @@ class Published:
     reported: str
     source: str
     assumed: str
+    #: what was measured: seconds per step, or TFLOP/s per GPU under ``flops`` below
+    measured: float = 0.0
+    #: "step_time" (seconds), "tokens_per_gpu_s" (torchtitan's WPS), "hfu" (TFLOP/s counting
+    #: the recompute forward, Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh))
+    #: or "mfu" (TFLOP/s of 3 passes, Megatron's count with full s x s attention:
+    #: :attr:`tpp.planner.Estimate.model_flops_per_step`)
+    metric: str = "step_time"
+    #: kernel choices of the run's software: attention kernel and whether the gradient
+    #: reduction overlaps the backward
+    attention: str = "flash2"
+    dp_overlap: bool = True
+    #: the network between nodes (None: :func:`tpp.planner.default_inter_link`)
+    inter_link: str | None = None
 
     @property
     def gpus(self) -> int:
         return self.layout.gpus
+
+    def measured_step_time(self, model_flops_per_step: float) -> float:
+        """Seconds per step the source measured (``model_flops_per_step``: Megatron's 3-pass
+        count, used for the "mfu" metric)."""
+        if self.metric == "step_time":
+            return self.measured
+        if self.metric == "tokens_per_gpu_s":
+            return self.global_batch * self.seq_len / (self.measured * self.gpus)
+        if self.metric == "hfu":
+            m = _models.model(self.model)
+            B, s, L, h, V = (self.global_batch, self.seq_len, m.n_layers, m.d_model,
+                             m.vocab_size)
+            flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+            return flops / (self.measured * 1e12 * self.gpus)
+        return model_flops_per_step / (self.measured * 1e12 * self.gpus)
 
 
 #: Narayanan et al. 2021, Table 1: TP, PP, GPUs, batch size, teraFLOP/s per GPU, % of peak.
@@ -46,19 +75,25 @@ for (_n, _a, _h, _L), (_t, _p, _g, _B, _tf, _pct) in zip(NARAYANAN_TABLE1, _TABL
     _key = f"narayanan2021_{_n:g}b".replace(".", "_")
     PUBLISHED[_key] = Published(
         _key, _key, "a100_sxm_80gb",
-        Layout(tp=_t, pp=_p, dp=_g // (_t * _p), microbatch_size=1, recompute="full"),
+        Layout(tp=_t, pp=_p, dp=_g // (_t * _p), microbatch_size=1, recompute="full",
+               sp=False),
         2048, _B, f"{_tf} teraFLOP/s per GPU, {_pct}% of peak",
         "Narayanan et al. 2021 (arXiv:2104.04473), Table 1 (A100 80GB, 8 per node, "
         "8 x 200 Gb/s InfiniBand HDR per node)",
-        "microbatch size 1, full activation recomputation, no ZeRO, no interleaving "
-        "(not in Table 1)",
+        "microbatch size 1, full activation recomputation, no ZeRO, no interleaving, no "
+        "sequence parallelism (2021), eager attention, gradient all-reduce after the backward "
+        "(not in Table 1)", measured=_tf, metric="hfu", attention="eager", dp_overlap=False,
     )
 
 _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100 80GB, 8 per "
          "server, 400 Gb/s per GPU")
 _L3_ASSUMED = ("microbatch size 1, interleaving v=4 (Sec. 3.3.2 uses an interleaved schedule; "
-               "v not stated), selective recomputation, ZeRO-2-like sharding (Sec. 3.3.2: "
-               "weights not resharded after forward)")
+               "v not stated), selective recomputation, FlashAttention-2 kernels (the public "
+               "flash kernel when the model was trained; the paper names none), ZeRO-2-like "
+               "sharding (Sec. 3.3.2: weights not resharded after forward); the schedule is "
+               "Megatron-LM's interleaved 1F1B (warm-up 2(P - r - 1) + (v - 1) P chunks), not "
+               "the paper's variant with a freely chosen number N of microbatches per round, "
+               "which can hold fewer in flight")
 for _key, _lay, _s, _B, _rep in (
     ("llama3_405b_8k_8192", Layout(tp=8, pp=16, dp=64, virtual=4, zero=2,
                                     recompute="selective"), 8192, 2048, "430 TFLOPs/GPU, 43% MFU"),
@@ -70,7 +105,25 @@ for _key, _lay, _s, _B, _rep in (
      "380 TFLOPs/GPU, 38% MFU"),
 ):
     PUBLISHED[_key] = Published(_key, "llama3_405b", "h100_sxm", _lay, _s, _B, _rep, _L3T4,
-                                _L3_ASSUMED)
+                                _L3_ASSUMED, measured=float(_rep.split()[0]), metric="mfu")
+
+#: Korthikanti et al. 2022 (arXiv:2205.05198), Table 3 (configurations: TP 8, sequence 2048,
+#: microbatch 1, one pipeline; GPUs and global batch 8/4, 64/64, 280/280, 512/512) and
+#: Table 5 (seconds per iteration,
+#: "full recompute" without SP against "present work" = SP + selective recompute).
+_K22 = (("22b", 1, 8, 4, 1.42, 1.10), ("175b", 8, 64, 64, 18.13, 13.75),
+        ("530b", 35, 280, 280, 49.05, 37.83), ("1t", 64, 512, 512, 94.42, 71.49))
+for _n, _p, _g, _bs, _full, _sel in _K22:
+    for _how, _t_it, _rc, _sp in (("full", _full, "full", False),
+                                  ("selective", _sel, "selective", True)):
+        _key = f"korthikanti2022_{_n}_{_how}"
+        PUBLISHED[_key] = Published(
+            _key, f"megatron_{_n}", "a100_sxm_80gb",
+            Layout(tp=8, pp=_p, dp=_g // (8 * _p), recompute=_rc, sp=_sp), 2048, _bs,
+            f"{_t_it} s per iteration",
+            "Korthikanti et al. 2022 (arXiv:2205.05198), Tables 3 and 5 (A100 80GB, Selene)",
+            "no interleaving, eager (non-flash) attention (not stated in Tables 3 and 5)",
+            measured=_t_it, metric="step_time", attention="eager", dp_overlap=False)
 
 
 def published(key: str) -> Published:
@@ -78,3 +131,38 @@ def published(key: str) -> Published:
     if key not in PUBLISHED:
         raise ValueError(f"unknown published layout {key!r}: use one of {', '.join(PUBLISHED)}")
     return PUBLISHED[key]
+
+#: BLOOM 176B (Scao et al. 2022, arXiv:2211.05100, Sec. 3.4 and Table 1): 70 layers, h=14336,
+#: 112 heads, vocab 250,880, GELU, LayerNorm, biases, tied embeddings, ALiBi (no learned
+#: positions); trained on 384 A100 80GB (48 nodes of 8) with TP 4, PP 12, DP 8, ZeRO-1,
+#: sequence 2048, global batch 2048, microbatch 2; "156 TFLOPs in our fastest configuration".
+_models.MODELS.setdefault("bloom_176b", _models.ModelConfig(
+    "BLOOM 176B", 70, 14336, 112, 112, 4 * 14336, 250880, 176e9,
+    "Scao et al. 2022 (BLOOM, arXiv:2211.05100), Table 1: 70 layers, h=14336, 112 heads, "
+    "d_ff=4h, vocab 250880, ALiBi", mlp="gelu", norm="layernorm", bias=True,
+    tied_embeddings=True))
+PUBLISHED["bloom_176b"] = Published(
+    "bloom_176b", "bloom_176b", "a100_sxm_80gb",
+    Layout(tp=4, pp=12, dp=8, microbatch_size=2, zero=1, recompute="full", sp=False), 2048,
+    2048, "156 TFLOP/s per GPU",
+    "Scao et al. 2022 (arXiv:2211.05100), Sec. 3.4 (Megatron-DeepSpeed, 384 A100 80GB, 8 per "
+    "node, 4 x 100 Gb/s Omni-Path per node (Jean Zay))",
+    "full activation recomputation (Megatron-DeepSpeed's checkpoint-activations, counted in "
+    "its TFLOP/s as Narayanan's 96 B s l h^2 formula), eager fused-softmax attention, gradient "
+    "reduction after the pipeline flush",
+    measured=156.0, metric="hfu", attention="eager", dp_overlap=False,
+    inter_link="opa_100_x4_per_node")
+
+#: torchtitan (pytorch/torchtitan, docs/performance.md at commit 0413364349): Llama 3 on 64
+#: A100 80GB with FSDP2, local batch 1 (global 64), sequence 8192, tokens per second per GPU
+#: ("WPS"): 8B with selective-op checkpointing 2973 (58.2 % MFU), 70B with full 331 (51.7 %).
+_TT = ("torchtitan docs/performance.md (pytorch/torchtitan @ "
+       "041336434916bdc0f88c1f89fda176fd3c2092e4), Llama 3 table: 64 A100 80GB, FSDP2")
+for _key, _m, _rc, _wps in (("torchtitan_llama3_8b", "llama3_8b", "selective", 2973.0),
+                            ("torchtitan_llama3_70b", "llama3_70b", "full", 331.0)):
+    PUBLISHED[_key] = Published(
+        _key, _m, "a100_sxm_80gb", Layout(dp=64, zero=3, recompute=_rc), 8192, 64,
+        f"{_wps:g} tokens/s per GPU", _TT,
+        "sequence 8192 (Llama 3's), selective-op checkpointing taken as selective, PyTorch SDPA "
+        "taken as FlashAttention-2, FSDP2 as ZeRO-3 with one unit per layer, InfiniBand HDR per "
+        "GPU (the cluster's network is not stated)", measured=_wps, metric="tokens_per_gpu_s")

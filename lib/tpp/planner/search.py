@@ -11,7 +11,7 @@ from __future__ import annotations
 from tpp import hardware
 from tpp.costs import zero as czero
 from tpp.models import ModelConfig
-from tpp.planner.estimate import Estimate, _structure_problems, evaluate
+from tpp.planner.estimate import Estimate, _hsdp_shard, _structure_problems, evaluate
 from tpp.planner.layout import RECOMPUTE, Layout
 
 __all__ = ["plan", "candidate_layouts"]
@@ -26,7 +26,9 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
                       virtuals: tuple[int, ...] = (1, 2, 4),
                       microbatch_sizes: tuple[int, ...] = (1, 2, 4),
                       zeros: tuple[int, ...] = (0, 1, 2, 3),
-                      recomputes: tuple[str, ...] = RECOMPUTE) -> list[Layout]:
+                      recomputes: tuple[str, ...] = RECOMPUTE,
+                      hsdps: tuple[bool, ...] = (False, True),
+                      sps: tuple[bool, ...] = (True,)) -> list[Layout]:
     """Every layout on exactly ``gpus`` GPUs that breaks none of the structural rules."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"gpus={gpus!r} must be an int >= 1")
@@ -43,19 +45,23 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
                         if _structure_problems(model, base, gpus_per_node, seq_len,
                                                global_batch):
                             continue
-                        out += [Layout(tp, pp, dp, cp, v, b, z, rc)
-                                for z in zeros for rc in recomputes]
+                        out += [Layout(tp, pp, dp, cp, v, b, z, rc, sp=q, hsdp=hs)
+                                for z in zeros for rc in recomputes for hs in hsdps
+                                for q in (sps if tp > 1 else (True,))
+                                if not hs or (z == 3 and dp * cp > 1)]
     return out
 
 
 def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node: int = 8,
-         seq_len: int, global_batch: int, top: int = 10, mfu: float = 0.4,
-         inter_link: str | None = None, **space) -> list[Estimate]:
+         seq_len: int, global_batch: int, top: int = 10, mfu: float | None = None,
+         inter_link: str | None = None, evaluate_kw: dict | None = None,
+         **space) -> list[Estimate]:
     """The ``top`` fitting layouts of ``model`` on ``gpus`` GPUs, fastest step first.
 
+    ``evaluate_kw``: further options of :func:`evaluate` (memory recipe, attention kernel...).
     ``space`` narrows or widens the search (``cps``, ``virtuals``, ``microbatch_sizes``,
-    ``zeros``, ``recomputes``; see :func:`candidate_layouts`). Raises ``ValueError`` when no
-    layout fits, saying the smallest memory any layout needs.
+    ``zeros``, ``recomputes``, ``hsdps``, ``sps``; see :func:`candidate_layouts`). Raises
+    ``ValueError`` when no layout fits, saying the smallest memory any layout needs.
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top={top!r} must be an int >= 1")
@@ -70,12 +76,17 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     fitting: list[Estimate] = []
     least = None
     kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len, global_batch=global_batch,
-              mfu=mfu, inter_link=inter_link)
+              mfu=mfu, inter_link=inter_link, **(evaluate_kw or {}))
+    ekw = evaluate_kw or {}
+    opt_bytes = czero.adam_state_bytes(ekw.get("moment_dtype", "fp32"),
+                                       ekw.get("master_weights", True))
     ranked = []
     for lay in cands:
         # model states alone are a lower bound on memory: skip hopeless layouts early
-        states = czero.model_state_bytes(model.params // (lay.tp * lay.pp), lay.dp * lay.cp,
-                                         lay.zero)
+        shard = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
+        states = czero.model_state_bytes(model.params // (lay.tp * lay.pp), shard, lay.zero,
+                                         grad_bytes=ekw.get("grad_bytes", 2),
+                                         optimizer_bytes=opt_bytes)
         if states > cap:
             least = min(least or states, states)
             continue
@@ -85,7 +96,7 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     for bound, _, lay in ranked:  # branch and bound: compute time is a lower bound
         if len(fitting) >= top and bound > fitting[top - 1].step_time:
             break
-        est = evaluate(model, lay, **kw)
+        est = evaluate(model, lay, memory_first=True, **kw)
         if est.fits:
             fitting.append(est)
             fitting.sort(key=lambda e: (e.step_time, e.memory_bytes))

@@ -9,6 +9,8 @@
 * :mod:`.attention`: Attention (reference) and ShardedAttention (MHA and GQA, KV replication).
 * :mod:`.sequence`: the sequence-parallel operator pairs (all-gather / reduce-scatter).
 * :mod:`.block`: a transformer block under TP and under TP+SP.
+* :mod:`.llama_block`: the same in any recipe (SwiGLU/GELU, flash/eager attention, GQA,
+  RMSNorm/LayerNorm, dropout or none); :mod:`.flash_attention`, :mod:`.rmsnorm`.
 
 The MLP, attention and f/g exist once, as per-rank programs on a communicator
 (:func:`sharded_mlp_forward`, :func:`sharded_attention_forward`, :func:`f_forward`, ...); the
@@ -28,6 +30,7 @@ from .attention import (
 )
 from .block import ShardedTransformerBlock, TransformerBlock, init_block_weights
 from .linear import ColumnParallelLinear, RowParallelLinear, linear_backward
+from .llama_block import LlamaBlock, ShardedLlamaBlock, init_llama_block_weights
 from .mlp import (
     ACTIVATIONS,
     MLP,
@@ -81,6 +84,9 @@ __all__ = [
     "gather_from_sequence_parallel_region",
     "init_attention_weights",
     "init_block_weights",
+    "LlamaBlock",
+    "ShardedLlamaBlock",
+    "init_llama_block_weights",
     "reduce_scatter_to_sequence_parallel_region",
     "scatter_to_sequence_parallel_region",
     "split_sequence",

@@ -1,0 +1,71 @@
+"""Every published run of :mod:`tpp.planner.published`, predicted by :func:`evaluate` with the
+planner's defaults (plus the run's own software choices: attention kernel, DP overlap) against
+what its source measured: :func:`compare_published`, :func:`error_summary`.
+
+Nothing here is fitted: the component figures come from :mod:`tpp.hardware` and
+:mod:`tpp.costs.compute`, each with its source.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from tpp import models
+from tpp.planner.estimate import Estimate, evaluate
+from tpp.planner.published import PUBLISHED, Published
+
+__all__ = ["Comparison", "compare_published", "error_summary"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One published run: its estimate and the measured and predicted seconds per step."""
+
+    published: Published
+    estimate: Estimate
+    measured: float
+
+    @property
+    def predicted(self) -> float:
+        return self.estimate.step_time
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured step time (> 1: the planner is pessimistic)."""
+        return self.predicted / self.measured
+
+    @property
+    def error(self) -> float:
+        """``|predicted / measured - 1|``."""
+        return abs(self.ratio - 1)
+
+
+def compare_published(keys: list[str] | None = None, **evaluate_kw) -> list[Comparison]:
+    """Predicted against measured for the runs ``keys`` (default: all of :data:`PUBLISHED`).
+
+    ``evaluate_kw`` go to :func:`evaluate` (e.g. ``mfu=0.4`` for the old flat model)."""
+    keys = list(PUBLISHED) if keys is None else keys
+    out = []
+    for key in keys:
+        if key not in PUBLISHED:
+            raise ValueError(f"unknown published run {key!r}: use one of {', '.join(PUBLISHED)}")
+        pub = PUBLISHED[key]
+        kw = dict(gpu=pub.gpu, seq_len=pub.seq_len, global_batch=pub.global_batch,
+                  attention_kernel=pub.attention, dp_overlap=pub.dp_overlap,
+                  attention="eager" if pub.attention == "eager" else "flash",
+                  inter_link=pub.inter_link)
+        kw.update(evaluate_kw)
+        est = evaluate(models.model(pub.model), pub.layout, **kw)
+        if est.step_time is None:
+            raise ValueError(f"{key}: the planner cannot time this run: {est.problems}")
+        out.append(Comparison(pub, est, pub.measured_step_time(est.model_flops_per_step)))
+    return out
+
+
+def error_summary(rows: list[Comparison]) -> tuple[float, float]:
+    """(median, worst) of ``|predicted / measured - 1|`` over ``rows``."""
+    if not rows:
+        raise ValueError("no comparisons: pass at least one published run")
+    errs = [r.error for r in rows]
+    return statistics.median(errs), max(errs)
