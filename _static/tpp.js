@@ -67,7 +67,38 @@
     };
   }
 
+  /* 3. Figures on a phone. SVG figures are drawn at their size in points (a 12-inch figure is
+     1152 px wide); squeezed into a 360-px column its 10-pt labels would be 4 px tall. A figure
+     shown below MIN_SCALE of its drawn size keeps MIN_SCALE (10-pt text 8 px tall) and its
+     output box scrolls sideways (tpp.css). */
+  const MIN_SCALE = 0.6;
+
+  function fitFigure(img) {
+    img.classList.remove("tpp-legible");
+    img.style.width = "";
+    if (!img.naturalWidth || img.clientWidth === 0) return;     // not loaded, or hidden
+    if (img.clientWidth < MIN_SCALE * img.naturalWidth) {
+      img.classList.add("tpp-legible");
+      img.style.width = Math.round(MIN_SCALE * img.naturalWidth) + "px";
+    }
+  }
+
+  function legibleFigures() {
+    const figures = Array.from(document.querySelectorAll("main img"))
+      .filter((img) => /\.svg(\?|#|$)/i.test(img.getAttribute("src") || ""));
+    for (const img of figures) {
+      if (img.complete) fitFigure(img);
+      else img.addEventListener("load", () => fitFigure(img));
+    }
+    window.addEventListener("resize", () => figures.forEach(fitFigure));
+    document.addEventListener("toggle", (e) => e.target.querySelectorAll &&
+      e.target.querySelectorAll("img.tpp-legible, img").forEach((img) =>
+        figures.includes(img) && fitFigure(img)), true);
+  }
+
   window.tppTexToText = texToText;   // for the site tests
+  window.tppMinFigureScale = MIN_SCALE;
+  legibleFigures();
   forwardSidebarToggles();
   plainSearchSnippets();
 })();

@@ -147,3 +147,105 @@ def test_exercises_page_lists_every_graded_assignment(site: Path) -> None:
         links = re.findall(rf'href="([^"]*_downloads/[^"]*/{re.escape(master.name)})"', html)
         assert links, f"no download link for {master.name}"
         assert (site / "chapters" / links[0]).resolve().is_file(), links[0]
+
+
+def _visible_text(html: str) -> str:
+    """The page's text as a reader sees it (no scripts, styles or tags)."""
+    html = re.sub(r"<!--.*?-->", " ", html, flags=re.S)
+    html = re.sub(r"<(script|style)\b.*?</\1\s*>", " ", html, flags=re.S | re.I)
+    import html as entities
+
+    return entities.unescape(re.sub(r"<[^>]+>", " ", html))
+
+
+def test_no_page_publishes_a_placeholder_for_evidence_it_did_not_run(site: Path) -> None:
+    """`make book` installs torch and runs everything: no "(not run…)" and no "SKIPPED"."""
+    offenders = {}
+    for page in sorted(site.rglob("*.html")):
+        text = _visible_text(page.read_text(errors="replace"))
+        hits = re.findall(r".{0,60}(?:\(not run|SKIPPED).{0,60}", text)
+        if hits:
+            offenders[str(page.relative_to(site))] = hits[:3]
+    assert not offenders, f"pages with placeholders instead of results: {offenders}"
+
+
+# --------------------------------------------------------------------------- the course download
+def _course_zip(site: Path) -> Path:
+    path = site / "tpp-course.zip"
+    assert path.is_file(), "make book did not write tpp-course.zip next to the pages"
+    return path
+
+
+def test_the_course_download_holds_every_notebook_and_the_wheel(site: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(_course_zip(site)) as zf:
+        names = set(zf.namelist())
+        wheels = [n for n in names if n.endswith(".whl")]
+        assert len(wheels) == 1, f"one tpp wheel expected in the zip, found {wheels}"
+        for folder in ("chapters", "exercises"):
+            wanted = {f"tpp-course/{folder}/{p.name}" for p in (ROOT / folder).glob("*.ipynb")}
+            assert wanted and wanted <= names, f"missing from the zip: {sorted(wanted - names)}"
+        readme = zf.read("tpp-course/README.txt").decode()
+        assert wheels[0].split("/")[-1] in readme and "jupyter lab" in readme
+        nb = zf.read("tpp-course/chapters/01_collectives.ipynb")
+        assert b'"outputs": []' in nb or b'"outputs":[]' in nb
+
+
+def test_the_pages_link_the_download_with_the_two_lines(site: Path) -> None:
+    for page in ("intro.html", "chapters/exercises.html"):
+        html = (site / page).read_text(errors="replace")
+        links = re.findall(r'href="([^"]*tpp-course\.zip)"', html)
+        assert links, f"{page} does not link the course's download"
+        assert (site / page).parent.joinpath(links[0]).resolve() == _course_zip(site).resolve()
+        text = _visible_text(html)
+        assert re.search(r"pip\s+install\s+\S*tpp-\S+\.whl", text), f"{page}: no install line"
+        assert re.search(r"jupyter\s+lab", text), f"{page}: no line that opens the course"
+
+
+def test_the_downloaded_wheel_installs_in_a_fresh_venv_and_imports_tpp(site: Path, tmp_path):
+    import sys
+    import zipfile
+
+    with zipfile.ZipFile(_course_zip(site)) as zf:
+        zf.extractall(tmp_path)
+    wheel = next((tmp_path / "tpp-course").glob("tpp-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        packed = {n for n in zf.namelist() if n.endswith(".py")}
+    source = {p.relative_to(ROOT / "lib").as_posix() for p in (ROOT / "lib" / "tpp").rglob("*.py")}
+    assert source <= packed, f"modules missing from the wheel: {sorted(source - packed)}"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "--quiet", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    out = subprocess.run([str(python), "-c", "import tpp; print(tpp.__file__, tpp.__version__)"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    where, version = out.stdout.split()
+    assert Path(where).is_relative_to(venv), f"tpp imported from {where}, not the fresh venv"
+    assert version in wheel.name
+
+
+def test_no_repository_buttons_are_promised_without_a_repository(site: Path) -> None:
+    """The site speaks of a repository (buttons, issues) only when repository.url is set."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    url = (config.get("repository") or {}).get("url") or ""
+    text = _visible_text((site / "intro.html").read_text(errors="replace"))
+    if url:
+        assert url in text
+    else:
+        assert "buttons at the top" not in text
+        assert "github.com/executablebooks" not in (site / "intro.html").read_text()
+
+
+def test_the_map_lists_every_chapter(site: Path) -> None:
+    html = (site / "intro.html").read_text(errors="replace")
+    start = html.index('class="tpp-map')
+    block = html[start:html.index("</ul>", start)]
+    missing = [p for p in _toc_pages()[1:] if f'href="{p}.html' not in block]
+    assert not missing, f"the intro's map misses {missing}"
