@@ -249,3 +249,53 @@ def test_the_map_lists_every_chapter(site: Path) -> None:
     block = html[start:html.index("</ul>", start)]
     missing = [p for p in _toc_pages()[1:] if f'href="{p}.html' not in block]
     assert not missing, f"the intro's map misses {missing}"
+
+
+# --------------------------------------------------------------------------- code on the pages
+def _fold_code():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fold_code", ROOT / "_ext" / "fold_code.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fold_rules_fold_plotting_formatting_and_set_up_but_not_derivation():
+    fc = _fold_code()
+    plot = "fig, ax = plt.subplots()\nax.plot(x, y)\nax.set_xlabel('N (ranks)')\nplt.show()"
+    assert fc.fold_reason(plot) == "plotting"
+    table = 'rows = ["| a | b |", "|---|---|"]\nrows += [f"| {a} | {b} |" for a, b in x]\n' \
+            'display(Markdown("\\n".join(rows)))'
+    assert fc.fold_reason(table) == "formatting"
+    assert fc.fold_reason("import numpy as np\nimport sympy as sp") == "set-up"
+    assert fc.fold_reason("widgets.interact(explore, P=widgets.IntSlider())") == "widget"
+    # the agreement and the derivation stay visible, even next to a plot
+    assert fc.fold_reason(plot + "\nassert bubble == closed") is None
+    assert fc.fold_reason("N = sp.symbols('N')\nexpr = sp.simplify(2 * (N - 1) / N)") is None
+    assert fc.fold_reason("res = pp.simulate(sched, t_f=1, t_b=2)\nprint(res.makespan)") is None
+
+
+# Code lines a reader sees on each chapter's page (cells neither folded behind "show code" nor
+# removed), measured after _ext/fold_code.py, with ~10 % headroom. Derivation and simulation stay
+# visible, so a chapter of long derivations (06) shows more. A chapter not listed: at most 300.
+VISIBLE_CODE_BOUND = {
+    "01_collectives": 200, "02_tp_mlp": 220, "03_f_and_g": 220, "04_tp_attention": 110,
+    "05_sequence_parallelism": 180, "06_tp_cost": 520, "07_gpipe": 140, "08_1f1b": 80,
+    "09_interleaved": 160, "10_zero_bubble": 140, "11_pp_cost": 150, "12_v_shapes": 110,
+    "13_data_parallel": 150, "14_composition": 140, "15_context_parallel": 180,
+    "16_expert_parallel": 140, "17_serving": 380, "18_real_engine": 260,
+    "appendix_errata": 210,
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb")))
+def test_visible_code_per_chapter_stays_under_its_bound(chapter):
+    fc = _fold_code()
+    path = ROOT / "chapters" / f"{chapter}.ipynb"
+    pending = fc.fold(path, write=False)
+    assert not pending, (f"{chapter}: cells the rules fold are visible {pending}: run "
+                         f"`python _ext/fold_code.py chapters/{chapter}.ipynb`")
+    shown = fc.visible_code_lines(path)
+    bound = VISIBLE_CODE_BOUND.get(chapter, 300)
+    assert shown <= bound, f"{chapter}: {shown} visible code lines > {bound}"
