@@ -67,11 +67,11 @@
     };
   }
 
-  /* 3. Figures on a phone. SVG figures are drawn at their size in points (a 12-inch figure is
-     1152 px wide); squeezed into a 360-px column its 10-pt labels would be 4 px tall. A figure
-     shown below MIN_SCALE of its drawn size keeps MIN_SCALE (10-pt text 8 px tall) and its
-     output box scrolls sideways (tpp.css). */
-  const MIN_SCALE = 0.6;
+  /* 3. Figures on a phone. SVG figures are drawn at their size in points, 4/3 px per point (a
+     12-inch figure is 1152 px wide); squeezed into a 360-px column its 10-pt labels would be
+     4 px tall. A figure shown below MIN_SCALE of its drawn size keeps MIN_SCALE (8-pt tick text
+     8 px tall, 10-pt labels 10 px) and its box scrolls sideways instead (tpp.css). */
+  const MIN_SCALE = 0.75;
 
   function fitFigure(img) {
     img.classList.remove("tpp-legible");

@@ -175,9 +175,9 @@ def test_negative_control_flags_every_defect(browser, tmp_path: Path) -> None:
 PHONE = {"width": 390, "height": 844}
 TABLET = {"width": 800, "height": 1000}
 LAPTOP = {"width": 1366, "height": 900}
-# 10-pt figure text must stay >= 8 px: an SVG figure (drawn at 4/3 px per pt) is shown at 60 % of
-# its drawn width at least.
-MIN_FIGURE_SCALE = 8 / (10 * 4 / 3)
+# 8-pt figure text (matplotlib's small tick labels) must stay >= 8 px: an SVG figure, drawn at
+# 4/3 px per pt, is shown at 75 % of its drawn width at least.
+MIN_FIGURE_SCALE = 8 / (8 * 4 / 3)
 
 FITS = r"""
 () => {
