@@ -276,3 +276,33 @@ def test_ring_backward_errors():
     assert _msg(ring_attention_backward, q, k, v, np.zeros((4, 2, 3)), 2) == (
         "do has shape (4, 2, 3): pass the output's gradient, shape (4, 2, 2)")
     assert _msg(ring_attention_backward, q, k, v, q, 3).startswith("seq=4 is not divisible")
+
+
+def test_causal_zigzag_step_is_half_a_block_and_threshold_doubles():
+    """Issue 21: a causal ring step (zig-zag split) computes half a block, counted by the
+    simulated ring, so a K/V send needs blocks twice as long to hide."""
+    from tpp import context_parallel as cpm
+
+    rng = np.random.default_rng(21)
+    s, h, hkv, d, cp = 32, 2, 1, 4, 4
+    q = rng.standard_normal((s, h, d))
+    k, v = rng.standard_normal((s, hkv, d)), rng.standard_normal((s, hkv, d))
+    ring = cpm.ring_attention(q, k, v, cp, causal=True, layout="zigzag")
+    t = cost.ring_attention_time(s, h, hkv, d, cp, peak_flops=1.0, bandwidth=1.0,
+                                 causal=True, dtype="fp64")
+    assert t.compute_per_step == 4 * d * ring.work_per_rank[0] / cp
+    full = cost.ring_attention_time(s, h, hkv, d, cp, 1.0, 1.0, dtype="fp64")
+    c = s // cp
+    assert full.compute_per_step == 4 * c * c * h * d
+    # half a block plus the diagonal triangles' extra c/2 pairs, spread over the cp steps
+    assert t.compute_per_step == 4 * d * h * (c * c / 2 + c / (2 * cp))
+    for F, B in ((1e15, 4.5e11), (1e15, 5e10)):
+        assert cost.ring_overlap_min_block(64, 8, F, B, causal=True) == pytest.approx(
+            2 * cost.ring_overlap_min_block(64, 8, F, B))
+    # at the causal threshold the half-block step and the send take the same time
+    F, B = 8e3, 16.0
+    c_min = cost.ring_overlap_min_block(2, 1, F, B, dtype="fp64", causal=True)
+    assert c_min == F * 8 * 1 / (2 * B)
+    half_step = 2 * c_min**2 * 2 * d / F
+    send = 2 * c_min * 1 * d * 8 / B
+    assert half_step == pytest.approx(send)

@@ -5,7 +5,11 @@ The layer (Shazeer et al. 2017; GShard, Lepikhin et al. 2021, Sec. 2.2 and Alg. 
 softmax over the selected logits; ``y_t = sum_{e in top_k(t)} gate_{t,e} gelu(x_t W1_e) W2_e``
 (the library's tanh GELU, :func:`tpp.tensor_parallel.activations.gelu`).
 
-Under EP each rank holds ``T / ep`` tokens and ``E / ep`` experts. Instead of TP's all-reduce,
+Under EP each rank holds ``E / ep`` experts and a contiguous block of the tokens: ``T / ep``
+when ``ep`` divides ``T``, otherwise the first ``T mod ep`` ranks hold one token more
+(:func:`token_bounds`, the split of ``torch.tensor_split``), since a real dispatcher takes
+whatever local token count each rank has (Megatron-LM's ``MoEAlltoAllTokenDispatcher`` exchanges
+per-rank counts before its variable-size all-to-all). Instead of TP's all-reduce,
 two all-to-alls move the tokens: **dispatch** sends each (token, expert) row to the rank that
 owns the expert, **combine** sends the expert's output row back (GShard Alg. 1; Megatron-LM's
 ``MoEAlltoAllTokenDispatcher``).
@@ -13,10 +17,12 @@ owns the expert, **combine** sends the expert's output row back (GShard Alg. 1; 
 * Dropless (``capacity_factor=None``): every rank sends exactly its routed rows, a
   variable-size all-to-all (``all_to_all_v``) recorded on the group's ledger with the bytes
   counted per rank.
-* With a capacity factor: each rank gives every expert ``C = ceil(cf * (T/ep) * top_k / E)``
-  slots; rows past ``C`` are dropped (first choices are served before second choices, then in
-  token order, GShard Alg. 1) and **counted** in ``.dropped``; the buffers ``(E, C, d)`` are
-  exchanged with the group's fixed-size :meth:`tpp.collectives.ProcessGroup.all_to_all`.
+* With a capacity factor: each rank gives every expert ``C = ceil(cf * T_max * top_k / E)``
+  slots, ``T_max = ceil(T / ep)`` the largest rank's token count (one buffer shape for the
+  fixed-size all-to-all); rows past ``C`` are dropped (first choices are served before
+  second choices, then in token order, GShard Alg. 1) and **counted** in ``.dropped``; the
+  buffers ``(E, C, d)`` are exchanged with the group's fixed-size
+  :meth:`tpp.collectives.ProcessGroup.all_to_all`.
 
 The ledger counts the activation rows; the routing metadata (one expert index per row, or the
 per-rank counts an ``all_to_all_v`` exchanges first) is small and not counted.
@@ -36,6 +42,7 @@ __all__ = [
     "Routing",
     "MoEResult",
     "route",
+    "token_bounds",
     "expert_capacity",
     "capacity_keep",
     "dispatch_rows",
@@ -107,17 +114,29 @@ def expert_capacity(tokens_per_rank: int, n_experts: int, top_k: int,
     return math.ceil(capacity_factor * tokens_per_rank * top_k / n_experts)
 
 
+def token_bounds(tokens: int, ep: int) -> tuple[int, ...]:
+    """Rank ``r`` holds tokens ``[b[r], b[r+1])``: blocks of ``ceil(T/ep)`` for the first
+    ``T mod ep`` ranks and ``floor(T/ep)`` for the rest (``torch.tensor_split``'s rule)."""
+    _check_int(tokens, "tokens", 0)
+    _check_int(ep, "ep")
+    q, rem = divmod(tokens, ep)
+    bounds = [0]
+    for r in range(ep):
+        bounds.append(bounds[-1] + q + (1 if r < rem else 0))
+    return tuple(bounds)
+
+
 def capacity_keep(experts: np.ndarray, ep: int, n_experts: int, capacity: int) -> np.ndarray:
     """Which (token, slot) rows fit: per rank's token block and expert, the first ``capacity``
     rows, first choices before second choices, then in token order (GShard Alg. 1)."""
     experts = np.asarray(experts)
     t, k = experts.shape
-    tl = t // ep
+    b = token_bounds(t, ep)
     keep = np.zeros(experts.shape, dtype=bool)
     for r in range(ep):
         used = np.zeros(n_experts, dtype=int)
         for j in range(k):
-            for tok in range(r * tl, (r + 1) * tl):
+            for tok in range(b[r], b[r + 1]):
                 e = experts[tok, j]
                 if used[e] < capacity:
                     keep[tok, j] = True
@@ -129,12 +148,12 @@ def dispatch_rows(experts: np.ndarray, ep: int, n_experts: int,
                   keep: np.ndarray | None = None) -> np.ndarray:
     """``rows[r, j]``: (token, expert) rows rank ``r``'s tokens send to rank ``j``'s experts."""
     experts = np.asarray(experts)
-    t = experts.shape[0]
-    tl, el = t // ep, n_experts // ep
+    b = token_bounds(experts.shape[0], ep)
+    el = n_experts // ep
     rows = np.zeros((ep, ep), dtype=int)
     kept = np.ones(experts.shape, dtype=bool) if keep is None else keep
     for r in range(ep):
-        blk = experts[r * tl:(r + 1) * tl][kept[r * tl:(r + 1) * tl]]
+        blk = experts[b[r]:b[r + 1]][kept[b[r]:b[r + 1]]]
         rows[r] = np.bincount(blk // el, minlength=ep)
     return rows
 
@@ -179,9 +198,11 @@ def all_to_all_v(group: ProcessGroup, pieces: list[list[np.ndarray]], *,
 @dataclass
 class MoEResult:
     """``output`` (T, d); ``ledger``; ``tokens_per_rank`` / ``tokens_per_expert``: rows the
-    experts processed (padding not counted); ``dropped``: rows dropped for capacity (0 when
-    dropless), ``dropped_per_expert``; ``capacity``: slots per expert per rank (None =
-    dropless); ``routing`` and ``keep``: the decisions, for checking."""
+    experts processed (padding not counted); ``local_tokens``: the tokens each rank held
+    before the dispatch (:func:`token_bounds`; uneven when ``ep`` does not divide ``T``);
+    ``dropped``: rows dropped for capacity (0 when dropless), ``dropped_per_expert``;
+    ``capacity``: slots per expert per rank (None = dropless); ``routing`` and ``keep``: the
+    decisions, for checking."""
 
     output: np.ndarray
     ledger: list[CollectiveRecord]
@@ -192,6 +213,7 @@ class MoEResult:
     capacity: int | None
     routing: Routing
     keep: np.ndarray
+    local_tokens: tuple[int, ...] = ()
 
     def bytes_sent_per_rank(self) -> tuple[int, ...]:
         totals = [0] * len(self.tokens_per_rank)
@@ -206,7 +228,8 @@ def moe_forward(x, router_w, w1, w2, ep: int, top_k: int = 2,
                 group: ProcessGroup | None = None) -> MoEResult:
     """MoE forward with experts on ``ep`` ranks, tokens dispatched and combined by all-to-all.
 
-    Rank ``r`` holds tokens ``[r T/ep, (r+1) T/ep)`` and experts ``[r E/ep, (r+1) E/ep)``.
+    Rank ``r`` holds tokens ``[b[r], b[r+1])`` of :func:`token_bounds` (any ``T``: the first
+    ``T mod ep`` ranks hold one more) and experts ``[r E/ep, (r+1) E/ep)``.
     Ledger: two all-to-alls, tagged ``moe.dispatch`` and ``moe.combine``.
     """
     x, router_w, w1, w2, top_k = _check_layer(x, router_w, w1, w2, top_k)
@@ -216,28 +239,26 @@ def moe_forward(x, router_w, w1, w2, ep: int, top_k: int = 2,
     if n_exp % ep:
         raise ValueError(f"n_experts={n_exp} is not divisible by ep={ep}: choose an ep that "
                          f"divides {n_exp} so that every rank holds the same number of experts")
-    if t % ep:
-        raise ValueError(f"tokens={t} is not divisible by ep={ep}: pad the batch to a multiple "
-                         f"of {ep} tokens")
     if group is None:
         group = ProcessGroup(ep, name="ep")
     elif not isinstance(group, ProcessGroup) or group.size != ep:
         raise ValueError(f"group must be a ProcessGroup of size ep={ep}: pass one or None")
     start = len(group.ledger)
-    tl, el = t // ep, n_exp // ep
+    bounds = token_bounds(t, ep)
+    el = n_exp // ep
     rt = route(x, router_w, top_k)
     cap = None
     if capacity_factor is None:
         keep = np.ones(rt.experts.shape, dtype=bool)
     else:
-        cap = expert_capacity(tl, n_exp, top_k, capacity_factor)
+        cap = expert_capacity(max(1, -(-t // ep)), n_exp, top_k, capacity_factor)
         keep = capacity_keep(rt.experts, ep, n_exp, cap)
     y = np.zeros_like(x)
     # each rank's rows, grouped by destination rank: (token, slot, expert)
     rows = [[[] for _ in range(ep)] for _ in range(ep)]
     for r in range(ep):
         for j in range(top_k):
-            for tok in range(r * tl, (r + 1) * tl):
+            for tok in range(bounds[r], bounds[r + 1]):
                 if keep[tok, j]:
                     e = int(rt.experts[tok, j])
                     rows[r][e // el].append((tok, j, e))
@@ -285,4 +306,5 @@ def moe_forward(x, router_w, w1, w2, ep: int, top_k: int = 2,
     per_rank = per_expert.reshape(ep, el).sum(axis=1)
     return MoEResult(y, list(group.ledger[start:]), tuple(int(v) for v in per_rank),
                      tuple(int(v) for v in per_expert), int(dropped.sum()),
-                     tuple(int(v) for v in dropped), cap, rt, keep)
+                     tuple(int(v) for v in dropped), cap, rt, keep,
+                     tuple(bounds[r + 1] - bounds[r] for r in range(ep)))

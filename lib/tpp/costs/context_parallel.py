@@ -7,7 +7,10 @@ Notation: sequence ``s``, CP degree ``cp``, query heads ``h``, K/V heads ``h_kv`
 * Ring attention (Liu et al. 2023, Sec. 3): each rank sends ``cp - 1`` K/V blocks of
   ``2 (s/cp) h_kv d`` elements: ``2 (cp-1) (s/cp) h_kv d e`` bytes per attention layer
   (forward). Step ``t`` sends while step ``t`` computes, so the transfer hides when a block's
-  compute ``4 c_q c_k h d / F`` outlasts its send ``2 c_k h_kv d e / B``.
+  compute ``4 c_q c_k h d / F`` outlasts its send ``2 c_k h_kv d e / B``. Under a causal mask
+  with the zig-zag split every step computes half a block (either the rank's two query chunks
+  against the first half of the arriving K/V, or its second query chunk against all of it:
+  ``c^2 / 2`` pairs per head, ``c = s/cp``), so the same send needs blocks twice as long to hide.
 * Ulysses (Jacobs et al. 2023, Sec. 3.1): four all-to-alls (Q, K, V, output), each rank sending
   the all-to-all factor ``(cp-1)/cp`` (:func:`tpp.collectives.bus_factor`) of its shard:
   ``(cp-1)/cp (s/cp) d e (2 h + 2 h_kv)`` bytes.
@@ -107,7 +110,7 @@ def ulysses_bytes_per_rank(s: int, n_heads: int, n_kv_heads: int, d_head: int, c
 
 @dataclass(frozen=True)
 class RingAttentionTime:
-    """Seconds of one ring-attention forward on one rank (non-causal blocks).
+    """Seconds of one ring-attention forward on one rank.
 
     ``compute_per_step``: one block's attention; ``comm_per_step``: one K/V block's send;
     ``total``: ``cp`` computes with each of the ``cp - 1`` sends overlapping the compute of the
@@ -132,11 +135,15 @@ class RingAttentionTime:
 
 def ring_attention_time(s: int, n_heads: int, n_kv_heads: int, d_head: int, cp: int,
                         peak_flops: float, bandwidth: float, latency: float = 0.0,
-                        mfu: float = 1.0, dtype: str = "bf16") -> RingAttentionTime:
+                        mfu: float = 1.0, dtype: str = "bf16",
+                        causal: bool = False) -> RingAttentionTime:
     """Time of one forward under the alpha-beta model with compute/communication overlap.
 
-    A block is ``c = s/cp`` queries against ``c`` keys: ``4 c^2 h d`` FLOPs (QK^T and PV, two
-    FLOPs per multiply-add) at ``peak_flops * mfu``; a send is ``alpha + 2 c h_kv d e / B``.
+    A step computes ``W / cp`` query-key pairs, ``W`` the rank's work of
+    :func:`attention_work_per_rank` (non-causal: ``c = s/cp`` queries against ``c`` keys, ``h c^2``
+    pairs; ``causal=True``: the zig-zag split, about half of that), at ``4 d`` FLOPs per pair
+    (QK^T and PV, two FLOPs per multiply-add) and ``peak_flops * mfu``; a send is
+    ``alpha + 2 c h_kv d e / B``.
     """
     if not peak_flops > 0 or not bandwidth > 0:
         raise ValueError("peak_flops (FLOP/s) and bandwidth (bytes/s) must be > 0")
@@ -145,21 +152,25 @@ def ring_attention_time(s: int, n_heads: int, n_kv_heads: int, d_head: int, cp: 
     if latency < 0:
         raise ValueError(f"latency={latency!r} must be >= 0 s")
     sent = ring_attention_bytes_per_rank(s, n_kv_heads, d_head, cp, dtype)
-    c = s // cp
-    compute = 4 * c * c * _pos(n_heads, "n_heads") * d_head / (peak_flops * mfu)
+    layout = "zigzag" if causal else "contiguous"
+    work = attention_work_per_rank(s, cp, _pos(n_heads, "n_heads"), causal, layout)[0]
+    compute = 4 * d_head * work / cp / (peak_flops * mfu)
     comm = float(latency + sent / (cp - 1) / Fraction(bandwidth)) if cp > 1 else 0.0
     return RingAttentionTime(cp, compute, comm, compute + (cp - 1) * max(compute, comm))
 
 
 def ring_overlap_min_block(n_heads: int, n_kv_heads: int, peak_flops: float,
-                           bandwidth: float, mfu: float = 1.0, dtype: str = "bf16") -> float:
+                           bandwidth: float, mfu: float = 1.0, dtype: str = "bf16",
+                           causal: bool = False) -> float:
     """Smallest block length ``c`` (tokens per rank) at which a K/V send hides behind compute.
 
     ``4 c^2 h d / F >= 2 c h_kv d e / B``  <=>  ``c >= F e h_kv / (2 h B)`` with ``F`` the
-    achieved FLOP/s (Liu et al. 2023, Sec. 3: block size >= FLOPs / bandwidth).
+    achieved FLOP/s (Liu et al. 2023, Sec. 3: block size >= FLOPs / bandwidth). ``causal=True``
+    (zig-zag split): a step computes half a block, ``2 c^2 h d / F``, so ``c >= F e h_kv / (h B)``.
     """
     if not peak_flops > 0 or not bandwidth > 0 or not 0 < mfu <= 1:
         raise ValueError("peak_flops and bandwidth must be > 0 and mfu in (0, 1]")
     e = float(bytes_per_element(dtype))
+    halves = 1 if causal else 2      # FLOPs per step 2 c^2 h d (causal half-block) or 4 c^2 h d
     return peak_flops * mfu * e * _pos(n_kv_heads, "n_kv_heads") / (
-        2 * _pos(n_heads, "n_heads") * bandwidth)
+        halves * _pos(n_heads, "n_heads") * bandwidth)
