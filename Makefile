@@ -75,13 +75,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 tests chapters solutions
 
 ## Strip outputs from notebooks when git stages them (a clean filter, see .gitattributes), so that
-## running a chapter in JupyterLab never puts outputs into a commit.
+## running a chapter in JupyterLab never puts outputs into a commit. Cell ids are kept (--keep-id):
+## the grader matches answer cells by id, and renumbered ids would conflict in every merge.
 ## Git runs the filter from the top of each work tree, so the relative path finds its own .venv.
 hooks: $(STAMP)
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
-	  git config --local filter.nbstripout.clean "$(BIN)/nbstripout" && \
+	  git config --local filter.nbstripout.clean "$(BIN)/nbstripout --keep-id" && \
 	  git config --local filter.nbstripout.smudge cat && \
-	  git config --local diff.ipynb.textconv "$(BIN)/nbstripout -t" && \
+	  git config --local diff.ipynb.textconv "$(BIN)/nbstripout --keep-id -t" && \
 	  echo "git: notebooks are staged without outputs (nbstripout filter, see .gitattributes)"; \
 	fi
 
