@@ -130,7 +130,11 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
             b = busy[r]
             for i in range(ptr[r], n):
                 a = row[i]
-                if type(a) is overlap_t:
+                try:  # an Action has three fields (no check on this path: try costs nothing)
+                    s, k, m = a
+                except ValueError:
+                    if type(a) is not overlap_t:
+                        raise _Malformed from None
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
                                         end_x, transfer, cf, cb, overlap, wait, waiting_on)
                     if got is None:
@@ -143,7 +147,6 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if woken:
                         stack.extend(woken)
                     continue
-                s, k, m = a
                 hm = home if m < half else mirror
                 if hm[s] != r or s < 0 or m < 0 or m >= M:
                     raise _Malformed
