@@ -121,6 +121,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     half = M if schedule.mirrored_from is None else schedule.mirrored_from
     last = S - 1
     overlap_t = Overlap
+    has_overlap = [overlap_t in map(type, row) for row in actions]  # else no check per action
     try:
         while stack:
             r = stack.pop()
@@ -128,13 +129,10 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
             n = len(row)
             t0 = free[r]
             b = busy[r]
+            ov = has_overlap[r]
             for i in range(ptr[r], n):
                 a = row[i]
-                try:  # an Action has three fields (no check on this path: try costs nothing)
-                    s, k, m = a
-                except ValueError:
-                    if type(a) is not overlap_t:
-                        raise _Malformed from None
+                if ov and type(a) is overlap_t:
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
                                         end_x, transfer, cf, cb, overlap, wait, waiting_on)
                     if got is None:
@@ -147,6 +145,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if woken:
                         stack.extend(woken)
                     continue
+                s, k, m = a
                 hm = home if m < half else mirror
                 if hm[s] != r or s < 0 or m < 0 or m >= M:
                     raise _Malformed
