@@ -9,7 +9,18 @@
   and an arXiv link for every entry whose ``eprint``, ``journal`` or ``note`` names an arXiv id;
 * ``singlehtml`` (``make pdf``) renders every node ``html`` renders;
 * the directive ``tpp-assignments``: the table of graded assignments, read from the masters in
-  ``solutions/`` at every build (a new master appears without editing the page).
+  ``solutions/`` at every build (a new master appears without editing the page);
+* the directive ``tpp-map``: the course's map, one line per part of ``_toc.yml`` (a new chapter
+  appears without editing the page);
+* the download of the course for a reader who has only the site: ``make book`` packs the chapters'
+  and exercises' notebooks and the ``tpp`` wheel into ``_build/html/tpp-course.zip``
+  (:mod:`course_download`); the directive ``tpp-course-download`` links it with the two lines that
+  install and open it;
+* the directive ``tpp-repository``: a sentence about the course's repository (where to report a
+  mistake, where the source is) only when ``repository.url`` is set, nothing otherwise;
+* ``_static/tpp.js``: the theme's ☰ and contents buttons work at every width, and search snippets
+  show mathematics as text rather than TeX; the theme mode defaults to ``auto`` (an unset mode
+  made the theme log "Got invalid theme mode" on a first visit).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import json
 import re
 from pathlib import Path
 
+import course_download  # a sibling module in _ext, on sys.path as the extension is
 from docutils import nodes
 from docutils.parsers.rst import Directive
 from docutils.statemachine import StringList
@@ -25,6 +37,7 @@ from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
 from pybtex.style.sorting.author_year_title import SortingStyle
+from sphinx import addnodes
 
 JB_DEFAULT_REPOSITORY = "https://github.com/executablebooks/jupyter-book"
 ARXIV = re.compile(r"arXiv[:\s]*(\d{4}\.\d{4,5})(v\d+)?", re.IGNORECASE)
@@ -139,6 +152,96 @@ class AssignmentsDirective(Directive):
         return [container]
 
 
+# --------------------------------------------------------------------------- map
+def _toc_parts(root: Path) -> list[tuple[str, list[str]]]:
+    """(caption, [docname, ...]) for every part of ``_toc.yml``, sections included."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+
+    def files(entries) -> list[str]:
+        found = []
+        for entry in entries or []:
+            if "file" in entry:
+                found.append(entry["file"])
+            found += files(entry.get("sections"))
+        return found
+
+    parts = [(p.get("caption", ""), files(p.get("chapters"))) for p in toc.get("parts", [])]
+    if toc.get("chapters"):
+        parts.append(("", files(toc["chapters"])))
+    return [(caption, docs) for caption, docs in parts if docs]
+
+
+def _doc_ref(env, target: str) -> addnodes.pending_xref:
+    """A ``{doc}`` reference to ``target`` (a path from the book's root), shown by its title."""
+    ref = addnodes.pending_xref(
+        "", refdomain="std", reftype="doc", reftarget="/" + target.removesuffix(".md"),
+        refexplicit=False, refwarn=True, refdoc=env.docname,
+    )
+    ref += nodes.inline(target, target)
+    return ref
+
+
+class MapDirective(Directive):
+    """``{tpp-map}``: every part of ``_toc.yml`` with links to its chapters, in order."""
+
+    has_content = False
+
+    def run(self):
+        env = self.state.document.settings.env
+        root = Path(env.srcdir)
+        env.note_dependency(str(root / "_toc.yml"))
+        items = nodes.bullet_list(classes=["tpp-map"])
+        for caption, docs in _toc_parts(root):
+            para = nodes.paragraph()
+            if caption:
+                para += nodes.strong(caption, caption)
+                para += nodes.Text(": ")
+            for i, doc in enumerate(docs):
+                if i:
+                    para += nodes.Text("; ")
+                para += _doc_ref(env, doc)
+            items += nodes.list_item("", para)
+        return [items]
+
+
+# --------------------------------------------------------------------------- repository
+def _repository_url(config) -> str:
+    """``repository.url`` of ``_config.yml`` ('' when unset or jupyter-book's placeholder)."""
+    url = ((config.html_theme_options or {}).get("repository_url") or "").strip()
+    return "" if url.rstrip("/") in ("", JB_DEFAULT_REPOSITORY) else url.rstrip("/")
+
+
+class RepositoryDirective(Directive):
+    """``{tpp-repository} report`` or ``source``: a sentence naming the course's repository,
+    rendered only when ``repository.url`` is configured (a site without one says nothing about
+    repository buttons it does not have)."""
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self):
+        env = self.state.document.settings.env
+        url = _repository_url(env.config)
+        kind = self.arguments[0]
+        if kind not in ("report", "source"):
+            raise self.error(f"tpp-repository takes 'report' or 'source', not {kind!r}")
+        if not url:
+            return []
+        para = nodes.paragraph()
+        link = nodes.reference(url, url, refuri=url)
+        if kind == "report":
+            para += nodes.Text("Found a mistake? Please report it on the course's repository, ")
+            para += link
+            para += nodes.Text(" (the buttons at the top of each page lead there).")
+        else:
+            para += nodes.Text("The course's source is the repository ")
+            para += link
+            para += nodes.Text(": clone it to run, change and build everything.")
+        return [para]
+
+
 # --------------------------------------------------------------------------- set-up
 def _configure(app, config) -> None:
     opts = dict(config.html_theme_options or {})
@@ -149,6 +252,8 @@ def _configure(app, config) -> None:
     opts["use_issues_button"] = on
     opts["footer_content_items"] = ["copyright", "extra-footer"]
     config.html_theme_options = opts
+    # pydata-sphinx-theme reads the mode from the page context; unset, it logs an error
+    config.html_context = {"default_mode": "auto", **(config.html_context or {})}
     # the header's search button stays; the sidebar's search field goes
     config.html_sidebars = {"**": ["navbar-logo.html", "icon-links.html", "sbt-sidebar-nav.html"]}
     static = str(Path(app.srcdir) / "_static")
@@ -156,6 +261,13 @@ def _configure(app, config) -> None:
         str(p) for p in config.html_static_path
     ]:
         config.html_static_path.append(static)
+    # jupyter-book adds every file in _static to every page; this extension adds its own two
+    # (the script deferred), once
+    def _name(entry) -> str:
+        return entry[0] if isinstance(entry, tuple | list) else entry
+
+    config.html_css_files = [f for f in config.html_css_files if _name(f) != "tpp.css"]
+    config.html_js_files = [f for f in config.html_js_files if _name(f) != "tpp.js"]
     # live code off: disconnect sphinx-thebe (jupyter-book always loads it)
     for event in ("env-before-read-docs", "doctree-resolved"):
         for listener in list(app.events.listeners.get(event, [])):
@@ -180,5 +292,10 @@ def setup(app):
     app.connect("config-inited", _configure, priority=900)
     app.connect("builder-inited", _singlehtml_handlers)
     app.add_css_file("tpp.css")
+    app.add_js_file("tpp.js", loading_method="defer")
     app.add_directive("tpp-assignments", AssignmentsDirective)
+    app.add_directive("tpp-map", MapDirective)
+    app.add_directive("tpp-repository", RepositoryDirective)
+    app.add_directive("tpp-course-download", course_download.CourseDownloadDirective)
+    app.connect("build-finished", course_download.write_course_zip)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -2,8 +2,11 @@
 
 On each page listed in `_toc.yml` (read at collection time, so new chapters are covered without
 editing this file) the browser must find no raw Markdown table, no raw `$…$` math, no
-unrendered MyST role or directive, no uncaught JavaScript error, no MathJax error, no image
-without a meaningful alt text, and no code block wider than the content column.
+unrendered MyST role or directive, no uncaught JavaScript error or console error (a first
+visit, empty storage), no MathJax error, no image without a meaningful alt text, and no code
+block wider than the content column. At 390 px no page scrolls sideways and figure text stays
+legible; the ☰ and contents buttons open their drawers at 390 and 800 px and collapse the sidebar
+at 1366 px; search snippets show mathematics as text.
 A negative control page carries every defect and must be flagged for each.
 
 Reads `_build/html` (or TPP_SITE). Skips without a build or a browser locally; CI sets
@@ -13,6 +16,7 @@ TPP_REQUIRE_SITE=1 and TPP_REQUIRE_BROWSER=1, so there it fails instead.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -104,6 +108,8 @@ def inspect_page(browser, url: str) -> dict[str, list[str]]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}")
+            if msg.type == "error" else None)
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
                else route.abort())
     try:
@@ -124,7 +130,7 @@ def _describe(found: dict[str, list[str]]) -> str:
         "table": "raw Markdown table rows",
         "dollar": "raw $…$ math",
         "role": "unrendered MyST roles/directives",
-        "js": "uncaught JavaScript errors",
+        "js": "uncaught JavaScript errors or console errors",
         "alt": "images without a meaningful alt text",
         "wide": "code blocks wider than the column",
         "merror": "MathJax errors",
@@ -151,6 +157,7 @@ NEGATIVE_CONTROL = """<!doctype html><html><head><meta charset="utf-8"></head><b
 <img src="x.svg" alt="">
 <pre style="white-space: pre; width: 300px; overflow: auto">{}</pre>
 <script>undefined_function_of_the_control_page();</script>
+<script>console.error("Got invalid theme mode: . Resetting to auto.");</script>
 </main></body></html>"""
 
 
@@ -161,3 +168,169 @@ def test_negative_control_flags_every_defect(browser, tmp_path: Path) -> None:
     for kind in ("table", "dollar", "role", "js", "alt", "wide"):
         assert found[kind], f"the control page's {kind} defect was not detected: {found}"
     assert len(found["alt"]) == 2
+    assert any("invalid theme mode" in e for e in found["js"]), found["js"]
+
+
+# --------------------------------------------------------------------------- phone and tablet
+PHONE = {"width": 390, "height": 844}
+TABLET = {"width": 800, "height": 1000}
+LAPTOP = {"width": 1366, "height": 900}
+# 8-pt figure text (matplotlib's small tick labels) must stay >= 8 px: an SVG figure, drawn at
+# 4/3 px per pt, is shown at 75 % of its drawn width at least.
+MIN_FIGURE_SCALE = 8 / (8 * 4 / 3)
+
+FITS = r"""
+() => {
+  const doc = document.documentElement;
+  const out = {scroll: [doc.scrollWidth, window.innerWidth], wide: [], small: []};
+  if (doc.scrollWidth > window.innerWidth + 1) {
+    // the elements that stick out past the viewport, innermost first
+    const clipped = (el) => {      // inside a box that scrolls or clips sideways
+      for (let p = el.parentElement; p && p !== doc; p = p.parentElement)
+        if (/auto|scroll|hidden|clip/.test(getComputedStyle(p).overflowX)) return true;
+      return false;
+    };
+    for (const el of document.querySelectorAll('body *')) {
+      const r = el.getBoundingClientRect();
+      if (r.right > window.innerWidth + 1 && r.width > 0 && !clipped(el))
+        out.wide.push(`${el.tagName.toLowerCase()}.${el.className}`.slice(0, 60)
+                      + ` ${Math.round(r.right)}px`);
+    }
+    out.wide = out.wide.slice(-8);
+  }
+  for (const img of document.querySelectorAll('main img')) {
+    if (!/\.svg(\?|#|$)/i.test(img.getAttribute('src') || '')) continue;
+    if (img.offsetParent === null || !img.naturalWidth) continue;
+    const scale = img.getBoundingClientRect().width / img.naturalWidth;
+    out.small.push([img.getAttribute('src').split('/').pop(), scale]);
+  }
+  return out;
+}
+"""
+
+
+def _open(browser, url: str, viewport: dict):
+    context = browser.new_context(viewport=viewport)
+    page = context.new_page()
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+               else route.abort())
+    page.goto(url, wait_until="load", timeout=60_000)
+    page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
+    page.wait_for_timeout(300)
+    return context, page
+
+
+def _built(page: str) -> Path:
+    html = HTML / f"{page}.html"
+    if not html.exists():
+        if not (HTML / "index.html").exists():
+            _require("TPP_REQUIRE_SITE", "the site is not built: run `make book` first")
+        pytest.fail(f"{page} is in _toc.yml but {html} was not built")
+    return html
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_page_fits_a_phone(browser, page: str) -> None:
+    """At 390 px nothing scrolls the page sideways, and figure text stays legible."""
+    context, tab = _open(browser, _built(page).as_uri(), PHONE)
+    try:
+        found = tab.evaluate(FITS)
+    finally:
+        context.close()
+    width, viewport = found["scroll"]
+    assert width <= viewport, (
+        f"{page}: the page is {width} px wide at a {viewport}-px viewport; sticking out: "
+        f"{found['wide']}")
+    small = [(name, round(s, 2)) for name, s in found["small"] if s < MIN_FIGURE_SCALE - 0.01]
+    assert not small, f"{page}: figures shrunk below {MIN_FIGURE_SCALE:.2f} of their size: {small}"
+
+
+def _drawer_state(tab) -> dict:
+    return tab.evaluate("""() => {
+      const shown = (el) => !!el && el.open && el.getBoundingClientRect().width > 100
+                            && getComputedStyle(el).visibility !== 'hidden';
+      const primary = document.getElementById('pst-primary-sidebar-modal');
+      const secondary = document.getElementById('pst-secondary-sidebar-modal');
+      return {primary: shown(primary),
+              primaryLinks: primary ? primary.querySelectorAll('a.reference').length : 0,
+              secondary: shown(secondary),
+              secondaryLinks: secondary ? secondary.querySelectorAll('a').length : 0,
+              sidebarHidden: document.getElementById('pst-primary-sidebar')
+                                     .classList.contains('pst-sidebar-hidden')};
+    }""")
+
+
+def _visible_button(tab, cls: str):
+    buttons = [b for b in tab.query_selector_all(f".{cls}") if b.is_visible()]
+    return buttons[0] if buttons else None
+
+
+@pytest.mark.parametrize("viewport", [PHONE, TABLET], ids=["390px", "800px"])
+def test_the_menu_and_contents_buttons_open_their_drawers(browser, viewport) -> None:
+    context, tab = _open(browser, _built("chapters/07_gpipe").as_uri(), viewport)
+    try:
+        menu = _visible_button(tab, "primary-toggle")
+        assert menu is not None, "no visible ☰ button"
+        assert not _drawer_state(tab)["primary"]
+        menu.click()
+        tab.wait_for_timeout(300)
+        state = _drawer_state(tab)
+        assert state["primary"] and state["primaryLinks"] > 5, f"☰ opened no drawer: {state}"
+        tab.keyboard.press("Escape")
+        tab.wait_for_timeout(200)
+        assert not _drawer_state(tab)["primary"]
+        contents = _visible_button(tab, "secondary-toggle")
+        assert contents is not None, "no visible contents button"
+        contents.click()
+        tab.wait_for_timeout(300)
+        state = _drawer_state(tab)
+        assert state["secondary"] and state["secondaryLinks"] > 1, f"contents: {state}"
+    finally:
+        context.close()
+
+
+def test_the_menu_button_collapses_the_sidebar_on_a_laptop(browser) -> None:
+    context, tab = _open(browser, _built("chapters/07_gpipe").as_uri(), LAPTOP)
+    try:
+        sidebar = tab.query_selector("#pst-primary-sidebar")
+        assert sidebar.is_visible()
+        _visible_button(tab, "primary-toggle").click()
+        tab.wait_for_timeout(300)
+        assert _drawer_state(tab)["sidebarHidden"] and not sidebar.is_visible()
+        _visible_button(tab, "primary-toggle").click()
+        tab.wait_for_timeout(300)
+        assert sidebar.is_visible()
+    finally:
+        context.close()
+
+
+def test_search_snippets_show_text_not_tex(browser) -> None:
+    """Search snippets come from the found pages' text; math there shows as text, not TeX.
+
+    The search page fetches pages, which a browser refuses for file:// URLs: served on loopback.
+    """
+    import functools
+    import http.server
+    import threading
+
+    _built("intro")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = browser.new_context(viewport=LAPTOP)
+    try:
+        tab = context.new_page()
+        tab.goto(f"http://127.0.0.1:{server.server_port}/search.html?q=bubble", timeout=60_000)
+        tab.wait_for_selector("#search-results li p.context", timeout=60_000)
+        tab.wait_for_timeout(1500)
+        snippets = tab.eval_on_selector_all("#search-results li p.context",
+                                            "els => els.map(e => e.textContent)")
+        assert len(snippets) >= 3, snippets
+        tex = [s for s in snippets if re.search(r"\\[A-Za-z]+|\\\(|\\\[|\$\$", s)]
+        assert not tex, f"snippets with TeX source: {tex[:3]}"
+        converted = tab.evaluate(r"() => window.tppTexToText('\\(\\frac{P-1}{M}\\,\\alpha\\)')")
+        assert converted == "(P-1)/(M) α"
+    finally:
+        context.close()
+        server.shutdown()

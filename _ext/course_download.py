@@ -1,0 +1,161 @@
+"""The course as one download, for a reader who has only the website.
+
+``make book`` (any HTML build of the book) writes ``_build/html/tpp-course.zip``:
+
+    tpp-course/README.txt                   the two lines below, and what they do
+    tpp-course/tpp-<version>-py3-none-any.whl   the library, built from lib/ at this build
+    tpp-course/chapters/NN_*.ipynb           the chapters (outputs stripped: run them)
+    tpp-course/exercises/exNN_*.ipynb        the graded exercises, as learners get them
+
+and the directive ``{tpp-course-download}`` links it (from any page) with the two lines that install
+and open it. Nothing here needs the network except ``pip`` fetching the wheel's dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+
+ZIP_NAME = "tpp-course.zip"
+FOLDER = "tpp-course"
+FIRST_CHAPTER = "chapters/01_collectives.ipynb"
+
+
+def wheel_name(root: Path) -> str:
+    """The file name of the ``tpp`` wheel that :func:`build_wheel` makes (PEP 427)."""
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return f"{project['name']}-{project['version']}-py3-none-any.whl"
+
+
+def install_lines(root: Path) -> list[str]:
+    """The two shell lines: a venv with tpp, JupyterLab and widgets; JupyterLab on chapter 1."""
+    return [
+        f'python3 -m venv .venv && .venv/bin/python -m pip install "./{wheel_name(root)}[lab]"',
+        f".venv/bin/jupyter lab {FIRST_CHAPTER}",
+    ]
+
+
+def notebooks(root: Path) -> dict[str, list[Path]]:
+    """The notebooks a learner runs: every chapter and every generated exercise."""
+    return {
+        "chapters": sorted((root / "chapters").glob("*.ipynb")),
+        "exercises": sorted((root / "exercises").glob("*.ipynb")),
+    }
+
+
+def build_wheel(root: Path, dest: Path) -> Path:
+    """Build the ``tpp`` wheel from a copy of the project (no ``build/`` left in the tree)."""
+    with tempfile.TemporaryDirectory(prefix="tpp-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (root / name).exists():
+                shutil.copy(root / name, src / name)
+        shutil.copytree(root / "lib", src / "lib",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dest)]
+        try:   # setuptools at hand: no isolated build environment to fetch
+            import setuptools  # noqa: F401
+            import wheel  # noqa: F401
+
+            cmd.append("--no-build-isolation")
+        except ImportError:
+            pass
+        run = subprocess.run([*cmd, str(src)], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"building the tpp wheel failed:\n{run.stdout}\n{run.stderr}")
+    built = dest / wheel_name(root)
+    if not built.is_file():
+        raise RuntimeError(f"pip wheel made {sorted(p.name for p in dest.iterdir())}, "
+                           f"not {built.name}: check [project] name and version")
+    return built
+
+
+def _stripped(path: Path) -> str:
+    """The notebook without outputs or execution counts (a learner runs it)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def readme(root: Path) -> str:
+    lines = install_lines(root)
+    return (
+        "Tensor & Pipeline Parallelism, derived: the course's notebooks and its library tpp.\n\n"
+        "With Python 3.11 or newer, in this folder:\n\n"
+        f"    {lines[0]}\n    {lines[1]}\n\n"
+        "The first line makes a Python environment in .venv with tpp, JupyterLab and the\n"
+        "widgets (pip downloads numpy, sympy, matplotlib and JupyterLab); the second opens the\n"
+        "first chapter. chapters/ holds every chapter, exercises/ the graded exercises: fill in\n"
+        "the cells marked '# YOUR CODE HERE', run the check cell under each question, and run\n"
+        "'.venv/bin/tpp check exercises/<file>.ipynb' before you submit one.\n"
+        "On Windows, use .venv\\Scripts\\python and .venv\\Scripts\\jupyter.\n"
+    )
+
+
+def pack(root: Path, out: Path) -> Path:
+    """Write the course's zip to ``out`` (see the module's docstring for its contents)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tpp-course-") as tmp:
+        wheel = build_wheel(root, Path(tmp))
+        partial = out.with_suffix(".partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(f"{FOLDER}/README.txt", readme(root))
+            zf.write(wheel, f"{FOLDER}/{wheel.name}")
+            for folder, paths in notebooks(root).items():
+                for path in paths:
+                    zf.writestr(f"{FOLDER}/{folder}/{path.name}", _stripped(path))
+        partial.replace(out)
+    return out
+
+
+def write_course_zip(app, exception) -> None:
+    """``build-finished``: the zip next to the HTML pages (HTML builders only)."""
+    if exception is not None or app.builder.format != "html" or app.builder.name == "singlehtml":
+        return
+    out = pack(Path(app.srcdir), Path(app.outdir) / ZIP_NAME)
+    from sphinx.util import logging
+
+    logging.getLogger(__name__).info(f"the course's download: {out}")
+
+
+class CourseDownloadDirective(Directive):
+    """``{tpp-course-download}``: the link to the zip, what it holds, and the two lines."""
+
+    has_content = False
+
+    def run(self):
+        env = self.state.document.settings.env
+        root = Path(env.srcdir)
+        found = notebooks(root)
+        for paths in found.values():
+            for path in paths:
+                env.note_dependency(str(path))
+        href = "../" * env.docname.count("/") + ZIP_NAME
+        para = nodes.paragraph()
+        para += nodes.Text("Download the course: ")
+        para += nodes.reference(ZIP_NAME, "", nodes.literal(ZIP_NAME, ZIP_NAME), refuri=href)
+        para += nodes.Text(
+            f" ({len(found['chapters'])} chapter notebooks, {len(found['exercises'])} exercise "
+            f"notebooks and the library tpp as a wheel, {wheel_name(root)}). Unpack it and, with "
+            "Python 3.11 or newer, run in its folder tpp-course:"
+        )
+        text = "\n".join(install_lines(root))
+        block = nodes.literal_block(text, text, language="bash")
+        after = nodes.paragraph(text=(
+            "The first line makes a Python environment in .venv with tpp, JupyterLab and the "
+            "widgets (pip downloads their dependencies); the second opens the first chapter."
+        ))
+        return [nodes.container("", para, block, after, classes=["tpp-course-download"])]

@@ -1,0 +1,349 @@
+"""Context parallelism: attention over a sequence split across ``cp`` ranks.
+
+Two ways to compute exact attention when each rank holds only ``s / cp`` tokens of Q, K and V:
+
+* **Ring attention** (Liu, Zaharia & Abbeel 2023, Sec. 3; the blockwise online softmax of
+  Milakov & Gimelshein 2018 and FlashAttention, Dao et al. 2022, Alg. 1). Queries stay where
+  they are; K/V blocks travel around a ring of ranks, one hop per step (``cp - 1`` sends of a
+  K/V block per rank). Each rank keeps, per query and head, a running max ``m``, a running
+  denominator ``l = sum exp(score - m)`` and an unnormalised numerator
+  ``acc = sum exp(score - m) v``, and folds every block into them with
+  :func:`online_softmax_merge`. The output is ``acc / l``: exactly softmax(QK^T/sqrt(d)) V.
+* **Ulysses** (Jacobs et al. 2023, DeepSpeed-Ulysses, Sec. 3): an all-to-all re-shards Q, K, V
+  from "my tokens, all heads" to "all tokens, my heads", every rank runs ordinary attention on
+  its heads, and a second all-to-all brings the output back to sequence shards. Needs the
+  number of heads (and of K/V heads) divisible by ``cp``.
+
+Layouts (which tokens a rank holds): ``"contiguous"`` gives rank ``i`` tokens
+``[i s/cp, (i+1) s/cp)``; ``"zigzag"`` cuts the sequence into ``2 cp`` chunks and gives rank ``i``
+chunks ``i`` and ``2 cp - 1 - i`` (Megatron-LM's context parallelism; Llama 3, Sec. 3.3.2), which
+balances causal work. Closed forms of the bytes and the work are in
+:mod:`tpp.costs.context_parallel`.
+
+Arrays are ``(seq, heads, d_head)``; K and V may have fewer heads than Q (GQA: query head ``j``
+reads K/V head ``j // (n_heads // n_kv_heads)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpp.collectives import CollectiveRecord, ProcessGroup
+
+__all__ = [
+    "LAYOUTS",
+    "AttentionPartial",
+    "ContextParallelResult",
+    "attention_reference",
+    "block_partial",
+    "online_softmax_merge",
+    "finalize",
+    "rank_chunks",
+    "rank_positions",
+    "ring_attention",
+    "ulysses_attention",
+]
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value)
+
+
+def _check_qkv(q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim != 3:
+            raise ValueError(
+                f"{name} has shape {a.shape}: pass a 3-d array (seq, heads, d_head)"
+            )
+    if k.shape != v.shape:
+        raise ValueError(f"k has shape {k.shape} but v has shape {v.shape}: give them one shape")
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(
+            f"q {q.shape} and k {k.shape} must agree on seq and d_head: "
+            "pass (seq, heads, d_head) arrays of one sequence"
+        )
+    if q.shape[0] < 1 or q.shape[2] < 1 or k.shape[1] < 1:
+        raise ValueError("seq, heads and d_head must be >= 1")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(
+            f"n_heads={q.shape[1]} is not a multiple of n_kv_heads={k.shape[1]}: "
+            "GQA needs every K/V head shared by the same number of query heads"
+        )
+    return q, k, v
+
+
+def _check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+    return layout
+
+
+def rank_chunks(seq: int, cp: int, layout: str = "contiguous") -> list[list[range]]:
+    """The token ranges rank ``i`` holds, for each rank (in sequence order within a rank).
+
+    contiguous: ``[range(i c, (i+1) c)]`` with ``c = seq / cp``;
+    zigzag: ``[chunk i, chunk 2 cp - 1 - i]`` of ``2 cp`` chunks of ``seq / (2 cp)`` tokens.
+    """
+    seq = _check_int(seq, "seq")
+    cp = _check_int(cp, "cp")
+    _check_layout(layout)
+    if layout == "contiguous":
+        if seq % cp:
+            raise ValueError(
+                f"seq={seq} is not divisible by cp={cp}: pad the sequence to a multiple of {cp}"
+                " or choose a cp that divides it"
+            )
+        c = seq // cp
+        return [[range(i * c, (i + 1) * c)] for i in range(cp)]
+    if seq % (2 * cp):
+        raise ValueError(
+            f"seq={seq} is not divisible by 2*cp={2 * cp} (zigzag cuts 2*cp chunks): pad the "
+            f"sequence to a multiple of {2 * cp} or use layout='contiguous'"
+        )
+    c = seq // (2 * cp)
+    chunk = [range(j * c, (j + 1) * c) for j in range(2 * cp)]
+    return [[chunk[i], chunk[2 * cp - 1 - i]] for i in range(cp)]
+
+
+def rank_positions(seq: int, cp: int, layout: str = "contiguous") -> list[np.ndarray]:
+    """Token positions of each rank: the concatenation of :func:`rank_chunks`."""
+    return [np.concatenate([np.arange(r.start, r.stop) for r in chunks])
+            for chunks in rank_chunks(seq, cp, layout)]
+
+
+# ----------------------------------------------------------------------------- the reference
+def _expand_kv(k: np.ndarray, n_heads: int) -> np.ndarray:
+    """Repeat K/V heads so that query head j reads K/V head j // group (GQA)."""
+    return np.repeat(k, n_heads // k.shape[1], axis=1)
+
+
+def attention_reference(q, k, v, causal: bool = True) -> np.ndarray:
+    """softmax(Q K^T / sqrt(d_head), causal mask) V for one sequence, every head at once."""
+    q, k, v = _check_qkv(q, k, v)
+    s, h, d = q.shape
+    ke, ve = _expand_kv(k, h), _expand_kv(v, h)
+    scores = np.einsum("qhd,khd->hqk", q, ke) / np.sqrt(d)
+    if causal:
+        scores = np.where(np.tril(np.ones((s, s), dtype=bool)), scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("hqk,khd->qhd", p, ve)
+
+
+# ----------------------------------------------------------------------------- online softmax
+@dataclass(frozen=True)
+class AttentionPartial:
+    """Attention of some queries over a subset of the keys, in online-softmax form.
+
+    ``m`` (queries, heads): the largest score seen; ``l`` (queries, heads): ``sum exp(s - m)``;
+    ``acc`` (queries, heads, d_head): ``sum exp(s - m) v``. The output is ``acc / l``.
+    """
+
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 - the paper's name
+    acc: np.ndarray
+
+
+def block_partial(q, k, v, mask: np.ndarray | None = None) -> AttentionPartial:
+    """Partial of queries ``q`` (cq, h, d) over one key block ``k``, ``v`` (ck, h_kv, d).
+
+    ``mask`` (cq, ck), True where a query may see a key; every query must see at least one key
+    of the block (fully masked blocks are skipped by the caller, not computed).
+    """
+    h, d = q.shape[1], q.shape[2]
+    scores = np.einsum("qhd,khd->qhk", q, _expand_kv(k, h)) / np.sqrt(d)
+    if mask is not None:
+        scores = np.where(mask[:, None, :], scores, -np.inf)
+    m = scores.max(axis=-1)
+    p = np.exp(scores - m[..., None])
+    return AttentionPartial(m, p.sum(axis=-1), np.einsum("qhk,khd->qhd", p, _expand_kv(v, h)))
+
+
+def online_softmax_merge(a: AttentionPartial, b: AttentionPartial) -> AttentionPartial:
+    """Merge two partials over disjoint key sets into the partial over their union.
+
+        m = max(m_a, m_b),  l = e^(m_a - m) l_a + e^(m_b - m) l_b,
+        acc = e^(m_a - m) acc_a + e^(m_b - m) acc_b
+
+    (FlashAttention, Dao et al. 2022, Alg. 1 lines 10-12; exact: any common shift m cancels in
+    acc / l, the max only keeps the exponentials <= 1.)
+    """
+    m = np.maximum(a.m, b.m)
+    sa, sb = np.exp(a.m - m), np.exp(b.m - m)
+    return AttentionPartial(m, sa * a.l + sb * b.l, sa[..., None] * a.acc + sb[..., None] * b.acc)
+
+
+def finalize(p: AttentionPartial) -> np.ndarray:
+    """The attention output ``acc / l`` of a partial over all the keys a query may see."""
+    return p.acc / p.l[..., None]
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class ContextParallelResult:
+    """What a context-parallel attention returns.
+
+    ``output`` (seq, heads, d_head) in sequence order (gathered from the ranks' shards, for
+    comparison with :func:`attention_reference`); ``shards``: each rank's output for its own
+    tokens; ``ledger``: the group's records; ``work_per_rank``: query-key scores each rank
+    computed, one per (query, key, head) (causally masked pairs are not counted, fully masked
+    blocks are skipped);
+    ``positions``: each rank's token positions; ``lse`` (seq, heads): the log-sum-exp
+    ``m + log l`` of each query row, which a backward pass keeps (ring attention only).
+    """
+
+    output: np.ndarray
+    shards: list[np.ndarray]
+    ledger: list[CollectiveRecord]
+    work_per_rank: tuple[int, ...]
+    positions: list[np.ndarray] = field(repr=False)
+    lse: np.ndarray | None = field(default=None, repr=False)
+
+    def bytes_sent_per_rank(self) -> tuple[int, ...]:
+        """Bytes each rank sent over the whole ledger."""
+        totals = [0] * len(self.work_per_rank)
+        for rec in self.ledger:
+            for r, b in enumerate(rec.bytes_sent_per_rank):
+                totals[r] += b
+        return tuple(totals)
+
+
+def _group(group: ProcessGroup | None, cp: int, name: str) -> ProcessGroup:
+    if group is None:
+        return ProcessGroup(cp, name=name)
+    if not isinstance(group, ProcessGroup) or group.size != cp:
+        raise ValueError(f"group must be a ProcessGroup of size cp={cp}: pass one or None")
+    return group
+
+
+def _pair_mask(qr: range, kr: range, causal: bool) -> np.ndarray | None:
+    """None = every pair visible; an array = the causal mask of a diagonal sub-block."""
+    if not causal or kr.stop - 1 <= qr.start:
+        return None
+    qp, kp = np.arange(qr.start, qr.stop), np.arange(kr.start, kr.stop)
+    return kp[None, :] <= qp[:, None]
+
+
+def _visible(qr: range, kr: range, causal: bool) -> bool:
+    return not causal or kr.start <= qr.stop - 1
+
+
+# ----------------------------------------------------------------------------- ring attention
+def ring_attention(q, k, v, cp: int, causal: bool = True, layout: str = "contiguous",
+                   group: ProcessGroup | None = None) -> ContextParallelResult:
+    """Exact attention with the sequence split over ``cp`` ranks, K/V passed around a ring.
+
+    Step ``t = 0 .. cp-1``: rank ``r`` holds the K/V block that rank ``(r - t) mod cp`` started
+    with; it folds every visible (query chunk, key chunk) pair into its running partial with
+    :func:`online_softmax_merge`, then (for ``t < cp-1``) sends the block to rank ``r+1``.
+    Each rank sends ``cp - 1`` K/V blocks of ``2 (s/cp) n_kv d_head`` elements
+    (:func:`tpp.costs.context_parallel.ring_attention_bytes_per_rank`); the sends are recorded
+    as ``send`` records tagged ``ring.kv`` on ``group``.
+    """
+    q, k, v = _check_qkv(q, k, v)
+    cp = _check_int(cp, "cp")
+    s = q.shape[0]
+    chunks = rank_chunks(s, cp, layout)
+    pos = rank_positions(s, cp, layout)
+    g = _group(group, cp, "cp")
+    start = len(g.ledger)
+    # rank r's block: its K and V stacked, with the chunk ranges it covers
+    blocks = [(np.stack([k[p], v[p]]), chunks[r]) for r, p in enumerate(pos)]
+    state: list[list[AttentionPartial | None]] = [[None] * len(chunks[r]) for r in range(cp)]
+    work = [0] * cp
+    for t in range(cp):
+        for r in range(cp):
+            kv, kchunks = blocks[r]
+            qoff = 0
+            for a, qr in enumerate(chunks[r]):
+                qa = q[pos[r][qoff:qoff + len(qr)]]
+                koff = 0
+                for kr in kchunks:
+                    if _visible(qr, kr, causal):
+                        mask = _pair_mask(qr, kr, causal)
+                        part = block_partial(qa, kv[0, koff:koff + len(kr)],
+                                             kv[1, koff:koff + len(kr)], mask)
+                        n = len(qr) * len(kr) if mask is None else int(mask.sum())
+                        work[r] += n * q.shape[1]
+                        old = state[r][a]
+                        state[r][a] = part if old is None else online_softmax_merge(old, part)
+                    koff += len(kr)
+                qoff += len(qr)
+        if t < cp - 1:  # every rank passes its block one hop around the ring, all at once
+            blocks = [(g.send(blocks[(r - 1) % cp][0], (r - 1) % cp, r, tag=f"ring.kv.{t}"),
+                       blocks[(r - 1) % cp][1]) for r in range(cp)]
+    shards = [np.concatenate([finalize(p) for p in state[r]]) for r in range(cp)]
+    out, lse = np.empty_like(q), np.empty(q.shape[:2])
+    for r in range(cp):
+        out[pos[r]] = shards[r]
+        lse[pos[r]] = np.concatenate([p.m + np.log(p.l) for p in state[r]])
+    return ContextParallelResult(out, shards, list(g.ledger[start:]), tuple(work), pos, lse)
+
+
+# ----------------------------------------------------------------------------- Ulysses
+def _seq_to_heads(x: list[np.ndarray], g: ProcessGroup, tag: str) -> list[np.ndarray]:
+    """(c, h, d) sequence shards -> (s, h/cp, d) head shards, in the ranks' token order."""
+    cp = g.size
+    recv = g.all_to_all(x, axis=1, tag=tag)       # rank j: heads group j of every source
+    c, h, d = x[0].shape
+    return [r.reshape(c, cp, h // cp, d).transpose(1, 0, 2, 3).reshape(cp * c, h // cp, d)
+            for r in recv]
+
+
+def _heads_to_seq(y: list[np.ndarray], g: ProcessGroup, tag: str) -> list[np.ndarray]:
+    """(s, h/cp, d) head shards -> (c, h, d) sequence shards (inverse of _seq_to_heads)."""
+    cp = g.size
+    s, hl, d = y[0].shape
+    c = s // cp
+    send = [a.reshape(cp, c, hl, d).transpose(1, 0, 2, 3).reshape(c, cp * hl, d) for a in y]
+    return g.all_to_all(send, axis=1, tag=tag)
+
+
+def ulysses_attention(q, k, v, cp: int, causal: bool = True, layout: str = "contiguous",
+                      group: ProcessGroup | None = None) -> ContextParallelResult:
+    """Exact attention by re-sharding from sequence to heads and back (DeepSpeed-Ulysses).
+
+    Four all-to-alls on ``group``: Q, K, V (tags ``ulysses.q/k/v``) and the output
+    (``ulysses.out``); each rank sends ``(cp-1)/cp`` of its input to each (the all-to-all bus
+    factor of :func:`tpp.collectives.bus_factor`). ``n_heads`` and ``n_kv_heads`` must be
+    divisible by ``cp``. Every rank computes all the causal pairs of its ``n_heads / cp`` heads,
+    so the work (``n_heads / cp`` heads times all visible pairs) is balanced in either layout.
+    """
+    q, k, v = _check_qkv(q, k, v)
+    cp = _check_int(cp, "cp")
+    s, h, d = q.shape
+    hkv = k.shape[1]
+    if h % cp or hkv % cp:
+        raise ValueError(
+            f"Ulysses needs n_heads={h} and n_kv_heads={hkv} divisible by cp={cp}: choose a cp "
+            "that divides both, replicate K/V heads up to a multiple of cp, or use "
+            "ring_attention"
+        )
+    pos = rank_positions(s, cp, layout)
+    g = _group(group, cp, "cp")
+    start = len(g.ledger)
+    qh = _seq_to_heads([q[p] for p in pos], g, "ulysses.q")
+    kh = _seq_to_heads([k[p] for p in pos], g, "ulysses.k")
+    vh = _seq_to_heads([v[p] for p in pos], g, "ulysses.v")
+    order = np.concatenate(pos)          # the token position of each row after the re-shard
+    inv = np.argsort(order)
+    outs = []
+    for r in range(cp):
+        o = attention_reference(qh[r][inv], kh[r][inv], vh[r][inv], causal)
+        outs.append(o[order])
+    shards = _heads_to_seq(outs, g, "ulysses.out")
+    out = np.empty_like(q)
+    for r in range(cp):
+        out[pos[r]] = shards[r]
+    pairs = s * (s + 1) // 2 if causal else s * s
+    work = tuple(pairs * (h // cp) for _ in range(cp))
+    return ContextParallelResult(out, shards, list(g.ledger[start:]), work, pos)

@@ -1,0 +1,288 @@
+"""Expert parallelism: a mixture-of-experts MLP whose experts live on ``ep`` ranks.
+
+The layer (Shazeer et al. 2017; GShard, Lepikhin et al. 2021, Sec. 2.2 and Alg. 1):
+``logits = x W_router``; each token picks its ``top_k`` experts by logit; the gates are the
+softmax over the selected logits; ``y_t = sum_{e in top_k(t)} gate_{t,e} gelu(x_t W1_e) W2_e``
+(the library's tanh GELU, :func:`tpp.tensor_parallel.activations.gelu`).
+
+Under EP each rank holds ``T / ep`` tokens and ``E / ep`` experts. Instead of TP's all-reduce,
+two all-to-alls move the tokens: **dispatch** sends each (token, expert) row to the rank that
+owns the expert, **combine** sends the expert's output row back (GShard Alg. 1; Megatron-LM's
+``MoEAlltoAllTokenDispatcher``).
+
+* Dropless (``capacity_factor=None``): every rank sends exactly its routed rows, a
+  variable-size all-to-all (``all_to_all_v``) recorded on the group's ledger with the bytes
+  counted per rank.
+* With a capacity factor: each rank gives every expert ``C = ceil(cf * (T/ep) * top_k / E)``
+  slots; rows past ``C`` are dropped (first choices are served before second choices, then in
+  token order, GShard Alg. 1) and **counted** in ``.dropped``; the buffers ``(E, C, d)`` are
+  exchanged with the group's fixed-size :meth:`tpp.collectives.ProcessGroup.all_to_all`.
+
+The ledger counts the activation rows; the routing metadata (one expert index per row, or the
+per-rank counts an ``all_to_all_v`` exchanges first) is small and not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpp.collectives import CollectiveRecord, ProcessGroup
+from tpp.tensor_parallel.activations import gelu
+
+__all__ = [
+    "Routing",
+    "MoEResult",
+    "route",
+    "expert_capacity",
+    "capacity_keep",
+    "dispatch_rows",
+    "moe_reference",
+    "moe_forward",
+    "all_to_all_v",
+]
+
+
+def _check_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """``experts`` (T, top_k): chosen experts, best first; ``gates`` (T, top_k): their weights."""
+
+    experts: np.ndarray
+    gates: np.ndarray
+
+
+def _check_layer(x, router_w, w1, w2, top_k):
+    x, router_w, w1, w2 = (np.asarray(a, dtype=np.float64) for a in (x, router_w, w1, w2))
+    if x.ndim != 2:
+        raise ValueError(f"x has shape {x.shape}: pass tokens as a 2-d array (tokens, d)")
+    t, d = x.shape
+    if router_w.ndim != 2 or router_w.shape[0] != d:
+        raise ValueError(f"router_w has shape {router_w.shape}: pass (d={d}, n_experts)")
+    e = router_w.shape[1]
+    if w1.ndim != 3 or w1.shape[:2] != (e, d):
+        raise ValueError(f"w1 has shape {w1.shape}: pass (n_experts={e}, d={d}, d_ff)")
+    if w2.shape != (e, w1.shape[2], d):
+        raise ValueError(f"w2 has shape {w2.shape}: pass (n_experts={e}, d_ff={w1.shape[2]}, "
+                         f"d={d})")
+    top_k = _check_int(top_k, "top_k")
+    if top_k > e:
+        raise ValueError(f"top_k={top_k} > n_experts={e}: choose top_k <= {e}")
+    return x, router_w, w1, w2, top_k
+
+
+def route(x, router_w, top_k: int = 2) -> Routing:
+    """Top-k routing: the ``top_k`` largest logits (ties to the lower expert index), gates =
+    softmax over the selected logits."""
+    x, router_w = np.asarray(x, dtype=np.float64), np.asarray(router_w, dtype=np.float64)
+    top_k = _check_int(top_k, "top_k")
+    if x.ndim != 2 or router_w.ndim != 2 or router_w.shape[0] != x.shape[1]:
+        raise ValueError(f"x {x.shape} and router_w {router_w.shape}: pass (T, d) and (d, E)")
+    if top_k > router_w.shape[1]:
+        raise ValueError(f"top_k={top_k} > n_experts={router_w.shape[1]}: choose top_k <= "
+                         f"{router_w.shape[1]}")
+    logits = x @ router_w
+    experts = np.argsort(-logits, axis=1, kind="stable")[:, :top_k]
+    sel = np.take_along_axis(logits, experts, axis=1)
+    g = np.exp(sel - sel.max(axis=1, keepdims=True))
+    return Routing(experts, g / g.sum(axis=1, keepdims=True))
+
+
+def expert_capacity(tokens_per_rank: int, n_experts: int, top_k: int,
+                    capacity_factor: float) -> int:
+    """Slots each rank gives each expert: ``ceil(cf * tokens_per_rank * top_k / n_experts)``."""
+    _check_int(tokens_per_rank, "tokens_per_rank")
+    _check_int(n_experts, "n_experts")
+    _check_int(top_k, "top_k")
+    if not capacity_factor > 0:
+        raise ValueError(f"capacity_factor={capacity_factor!r} must be > 0 (e.g. 1.25), or "
+                         "None for dropless routing")
+    return math.ceil(capacity_factor * tokens_per_rank * top_k / n_experts)
+
+
+def capacity_keep(experts: np.ndarray, ep: int, n_experts: int, capacity: int) -> np.ndarray:
+    """Which (token, slot) rows fit: per rank's token block and expert, the first ``capacity``
+    rows, first choices before second choices, then in token order (GShard Alg. 1)."""
+    experts = np.asarray(experts)
+    t, k = experts.shape
+    tl = t // ep
+    keep = np.zeros(experts.shape, dtype=bool)
+    for r in range(ep):
+        used = np.zeros(n_experts, dtype=int)
+        for j in range(k):
+            for tok in range(r * tl, (r + 1) * tl):
+                e = experts[tok, j]
+                if used[e] < capacity:
+                    keep[tok, j] = True
+                    used[e] += 1
+    return keep
+
+
+def dispatch_rows(experts: np.ndarray, ep: int, n_experts: int,
+                  keep: np.ndarray | None = None) -> np.ndarray:
+    """``rows[r, j]``: (token, expert) rows rank ``r``'s tokens send to rank ``j``'s experts."""
+    experts = np.asarray(experts)
+    t = experts.shape[0]
+    tl, el = t // ep, n_experts // ep
+    rows = np.zeros((ep, ep), dtype=int)
+    kept = np.ones(experts.shape, dtype=bool) if keep is None else keep
+    for r in range(ep):
+        blk = experts[r * tl:(r + 1) * tl][kept[r * tl:(r + 1) * tl]]
+        rows[r] = np.bincount(blk // el, minlength=ep)
+    return rows
+
+
+def _expert(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    return gelu(x @ w1) @ w2
+
+
+def moe_reference(x, router_w, w1, w2, top_k: int = 2,
+                  keep: np.ndarray | None = None) -> np.ndarray:
+    """Dense reference ``y_t = sum_e gate_{t,e} gelu(x_t W1_e) W2_e`` (dropped rows left out)."""
+    x, router_w, w1, w2, top_k = _check_layer(x, router_w, w1, w2, top_k)
+    rt = route(x, router_w, top_k)
+    y = np.zeros_like(x)
+    for tok in range(x.shape[0]):
+        for j in range(top_k):
+            if keep is None or keep[tok, j]:
+                e = rt.experts[tok, j]
+                y[tok] += rt.gates[tok, j] * _expert(x[tok:tok + 1], w1[e], w2[e])[0]
+    return y
+
+
+def all_to_all_v(group: ProcessGroup, pieces: list[list[np.ndarray]], *,
+                 tag: str = "") -> list[list[np.ndarray]]:
+    """Variable-size all-to-all: rank ``r`` sends ``pieces[r][j]`` to rank ``j``.
+
+    Returns ``received[j][r] = pieces[r][j]``. Recorded on ``group.ledger`` as an
+    ``all_to_all`` (``algorithm="pairwise-v"``, ``n - 1`` steps) with the bytes each rank sent
+    to the others counted; ``payload_bytes`` is the largest rank's input.
+    """
+    n = group.size
+    if len(pieces) != n or any(len(p) != n for p in pieces):
+        raise ValueError(f"all_to_all_v needs {n} lists of {n} arrays (one per destination)")
+    sent = [sum(pieces[r][j].nbytes for j in range(n) if j != r) for r in range(n)]
+    payload = max(sum(a.nbytes for a in p) for p in pieces)
+    group.ledger.append(CollectiveRecord("all_to_all", n, payload, tuple(sent),
+                                         n - 1 if n > 1 else 0,
+                                         "pairwise-v" if n > 1 else "none", tag))
+    return [[pieces[r][j].copy() for r in range(n)] for j in range(n)]
+
+
+@dataclass
+class MoEResult:
+    """``output`` (T, d); ``ledger``; ``tokens_per_rank`` / ``tokens_per_expert``: rows the
+    experts processed (padding not counted); ``dropped``: rows dropped for capacity (0 when
+    dropless), ``dropped_per_expert``; ``capacity``: slots per expert per rank (None =
+    dropless); ``routing`` and ``keep``: the decisions, for checking."""
+
+    output: np.ndarray
+    ledger: list[CollectiveRecord]
+    tokens_per_rank: tuple[int, ...]
+    tokens_per_expert: tuple[int, ...]
+    dropped: int
+    dropped_per_expert: tuple[int, ...]
+    capacity: int | None
+    routing: Routing
+    keep: np.ndarray
+
+    def bytes_sent_per_rank(self) -> tuple[int, ...]:
+        totals = [0] * len(self.tokens_per_rank)
+        for rec in self.ledger:
+            for r, b in enumerate(rec.bytes_sent_per_rank):
+                totals[r] += b
+        return tuple(totals)
+
+
+def moe_forward(x, router_w, w1, w2, ep: int, top_k: int = 2,
+                capacity_factor: float | None = None,
+                group: ProcessGroup | None = None) -> MoEResult:
+    """MoE forward with experts on ``ep`` ranks, tokens dispatched and combined by all-to-all.
+
+    Rank ``r`` holds tokens ``[r T/ep, (r+1) T/ep)`` and experts ``[r E/ep, (r+1) E/ep)``.
+    Ledger: two all-to-alls, tagged ``moe.dispatch`` and ``moe.combine``.
+    """
+    x, router_w, w1, w2, top_k = _check_layer(x, router_w, w1, w2, top_k)
+    ep = _check_int(ep, "ep")
+    t, d = x.shape
+    n_exp = router_w.shape[1]
+    if n_exp % ep:
+        raise ValueError(f"n_experts={n_exp} is not divisible by ep={ep}: choose an ep that "
+                         f"divides {n_exp} so that every rank holds the same number of experts")
+    if t % ep:
+        raise ValueError(f"tokens={t} is not divisible by ep={ep}: pad the batch to a multiple "
+                         f"of {ep} tokens")
+    if group is None:
+        group = ProcessGroup(ep, name="ep")
+    elif not isinstance(group, ProcessGroup) or group.size != ep:
+        raise ValueError(f"group must be a ProcessGroup of size ep={ep}: pass one or None")
+    start = len(group.ledger)
+    tl, el = t // ep, n_exp // ep
+    rt = route(x, router_w, top_k)
+    cap = None
+    if capacity_factor is None:
+        keep = np.ones(rt.experts.shape, dtype=bool)
+    else:
+        cap = expert_capacity(tl, n_exp, top_k, capacity_factor)
+        keep = capacity_keep(rt.experts, ep, n_exp, cap)
+    y = np.zeros_like(x)
+    # each rank's rows, grouped by destination rank: (token, slot, expert)
+    rows = [[[] for _ in range(ep)] for _ in range(ep)]
+    for r in range(ep):
+        for j in range(top_k):
+            for tok in range(r * tl, (r + 1) * tl):
+                if keep[tok, j]:
+                    e = int(rt.experts[tok, j])
+                    rows[r][e // el].append((tok, j, e))
+    if cap is None:
+        send = [[x[[tok for tok, _, _ in rows[r][dst]]].reshape(-1, d) for dst in range(ep)]
+                for r in range(ep)]
+        recv = all_to_all_v(group, send, tag="moe.dispatch")
+        outs = [[np.zeros((0, d)) for _ in range(ep)] for _ in range(ep)]
+        for dst in range(ep):        # the program of rank dst: run its experts on what came in
+            for src in range(ep):
+                ex = np.array([e for _, _, e in rows[src][dst]], dtype=int)
+                o = np.zeros_like(recv[dst][src])
+                for e in np.unique(ex):
+                    o[ex == e] = _expert(recv[dst][src][ex == e], w1[e], w2[e])
+                outs[dst][src] = o
+        back = all_to_all_v(group, outs, tag="moe.combine")
+        for r in range(ep):
+            for dst in range(ep):
+                for (tok, j, _), row in zip(rows[r][dst], back[r][dst], strict=True):
+                    y[tok] += rt.gates[tok, j] * row
+    else:
+        bufs, where = [], []
+        for r in range(ep):          # (E, C, d) slots, zero padding where an expert has room
+            buf, fill, loc = np.zeros((n_exp, cap, d)), np.zeros(n_exp, dtype=int), {}
+            for dst in range(ep):
+                for tok, j, e in rows[r][dst]:
+                    buf[e, fill[e]] = x[tok]
+                    loc[(tok, j)] = (e, fill[e])
+                    fill[e] += 1
+            bufs.append(buf)
+            where.append(loc)
+        recv = group.all_to_all(bufs, axis=0, tag="moe.dispatch")   # rank j: (ep*E/ep, C, d)
+        outs = []
+        for dst in range(ep):
+            a = recv[dst].reshape(ep, el, cap, d)
+            o = np.stack([_expert(a[:, i].reshape(-1, d), w1[dst * el + i], w2[dst * el + i])
+                          .reshape(ep, cap, d) for i in range(el)], axis=1)
+            outs.append(o.reshape(ep * el, cap, d))
+        back = group.all_to_all(outs, axis=0, tag="moe.combine")     # rank r: (E, C, d)
+        for r in range(ep):
+            for (tok, j), (e, slot) in where[r].items():
+                y[tok] += rt.gates[tok, j] * back[r][e, slot]
+    per_expert = np.bincount(rt.experts[keep], minlength=n_exp)
+    dropped = np.bincount(rt.experts[~keep], minlength=n_exp)
+    per_rank = per_expert.reshape(ep, el).sum(axis=1)
+    return MoEResult(y, list(group.ledger[start:]), tuple(int(v) for v in per_rank),
+                     tuple(int(v) for v in per_expert), int(dropped.sum()),
+                     tuple(int(v) for v in dropped), cap, rt, keep)

@@ -1,0 +1,324 @@
+"""``tpp grade``: grade a folder (or zip) of submissions into rows, feedback and reports.
+
+One row per submission, always. A row's ``status`` is one of
+
+- ``graded``: ran to the end; per-question points;
+- ``missing-answers``: some (or all) answer cells were not found; those questions get 0;
+- ``timeout``: a cell exceeded the per-cell timeout; that question gets 0, the others count
+  (a kernel that ignores the interrupt is killed and restarted, see :mod:`tpp.grading.run`);
+- ``kernel-died``: the kernel died twice in the same question (``os._exit``, a resource limit,
+  garbled messages; it is retried once); that question gets 0, the others count;
+- ``invalid-notebook``: not a regular file, not UTF-8, not JSON, not a notebook;
+- ``wrong-assignment``: the notebook says it belongs to another assignment;
+- ``grader-error``: a bug in the grader (reported, never hidden).
+
+The pieces: :mod:`tpp.grading.inputs` (what to grade), :mod:`tpp.grading.reference` (the
+master's values, cached outside the results), :mod:`tpp.grading.rows` (one submission),
+:mod:`tpp.grading.report` (what is written), :mod:`tpp.grading.sandbox` (the kernel's box).
+Results are written incrementally: ``rows/<id>.json`` as soon as a student is graded, then the
+aggregate files, so an interrupted run loses nothing already graded, and a re-run skips
+students whose submission and reference are unchanged (unless ``force``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpp.grading import sandbox
+from tpp.grading.inputs import Item, collect, safe_name
+from tpp.grading.notebook import Master, find_masters, parse_master
+from tpp.grading.reference import (  # noqa: F401 - re-exported
+    compute_reference,
+    load_reference,
+    reference_key,
+)
+from tpp.grading.report import atomic_write, feedback_markdown, fmt, write_outputs
+from tpp.grading.rows import empty_row, grade_submission
+from tpp.grading.run import Limits
+from tpp.grading.submission import (
+    Rejected,
+    parameters_of,
+    read_notebook,
+    submitted_assignment,
+)
+
+STATUSES = (
+    "graded",
+    "missing-answers",
+    "timeout",
+    "kernel-died",
+    "invalid-notebook",
+    "wrong-assignment",
+    "grader-error",
+)
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """Options of a grading run (see ``tpp grade --help``)."""
+
+    timeout: float = 30.0
+    workers: int = 1
+    force: bool = False
+    memory_mb: int = 2048
+    cpu_seconds: int = 120
+    guard: bool = True  # run kernels under tpp.grading.guard (see chapters/instructors.md)
+    sandbox: bool = True  # run kernels in bubblewrap (tpp.grading.sandbox)
+    allow_unsandboxed: bool = False  # grade without the sandbox where bwrap cannot run
+    cache_dir: Path | None = None  # reference cache (default: the user's cache folder)
+
+    def limits(self) -> Limits:
+        if self.timeout <= 0:
+            raise ValueError(f"timeout={self.timeout} must be > 0 seconds: pass --timeout 30")
+        if self.workers < 1:
+            raise ValueError(f"-j {self.workers} must be >= 1: pass -j 1 or more")
+        use_box = self.sandbox
+        if use_box and sandbox.probe():
+            if not self.allow_unsandboxed:
+                raise ValueError(
+                    f"no OS sandbox for the kernels: {sandbox.probe()}. Install bubblewrap "
+                    "(Debian: apt-get install bubblewrap), or pass --unsandboxed to grade with "
+                    "the in-kernel guard only (not for credit: see the instructors' page)"
+                )
+            use_box = False
+        return Limits(
+            timeout=self.timeout,
+            memory_mb=self.memory_mb,
+            cpu_seconds=self.cpu_seconds,
+            guard=self.guard,
+            sandbox=use_box,
+        )
+
+
+@dataclass
+class Summary:
+    """What a grading run did."""
+
+    assignment: str
+    rows: list[dict[str, Any]]
+    graded_now: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    sandboxed: bool = True
+
+    def describe(self) -> str:
+        counts = Counter(r["status"] for r in self.rows)
+        per = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        rate = len(self.graded_now) / self.seconds * 60 if self.seconds and self.graded_now else 0
+        return (
+            f"{self.assignment}: {len(self.rows)} submissions ({per}); graded "
+            f"{len(self.graded_now)} in {self.seconds:.1f} s ({rate:.1f}/min), "
+            f"skipped {len(self.skipped)} already graded"
+            + ("" if self.sandboxed else "; WITHOUT the OS sandbox (not for credit)")
+        )
+
+
+def infer_assignment(submissions: Path | list[Item], solutions: Path) -> str:
+    """The assignment a folder of submissions is for: its name, else the notebooks' metadata."""
+    names = {p.stem for p in find_masters(solutions)}
+    if isinstance(submissions, Path):
+        if Path(submissions.name).stem in names:
+            return Path(submissions.name).stem
+        items, tmp = collect(submissions)
+        try:
+            return infer_assignment(items, solutions)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+    votes: Counter[str] = Counter()
+    for it in submissions:
+        if it.path is None:
+            continue
+        try:
+            claimed = submitted_assignment(read_notebook(it.path))
+        except Rejected:
+            continue
+        if claimed in names:
+            votes[claimed] += 1
+    if not votes:
+        raise ValueError(
+            "cannot tell which assignment the submissions are for: pass --assignment "
+            f"(one of {sorted(names)})"
+        )
+    return votes.most_common(1)[0][0]
+
+
+def _sha256_file(path: Path | None) -> str:
+    if path is None:
+        return ""
+    h = hashlib.sha256()
+    try:
+        from tpp.grading.compare import read_regular
+
+        h.update(read_regular(path, 60_000_000))
+    except (OSError, ValueError):
+        return ""
+    return h.hexdigest()
+
+
+class _References:
+    """The master's reference values per student (one per parameter set, cached)."""
+
+    def __init__(self, master: Master, limits: Limits, cache_dir: Path | None) -> None:
+        self.master, self.limits, self.cache_dir = master, limits, cache_dir
+        self.per_student = parameters_of(master, "x") is not None
+        # without parameters one reference for all, computed (or read) before grading starts
+        self.base = None if self.per_student else load_reference(master, limits, cache_dir)
+
+    def __call__(self, student: str) -> dict[str, Any]:
+        if self.base is not None:
+            return self.base
+        return load_reference(self.master, self.limits, self.cache_dir, student)
+
+    def key(self, student: str) -> str:
+        return reference_key(self.master, parameters_of(self.master, student))
+
+
+def _grade_item(item: Item, master: Master, refs: _References) -> dict[str, Any]:
+    if item.path is None:
+        status = "missing-answers" if "no .ipynb" in item.reason else "invalid-notebook"
+        return empty_row(item.student, item.file, master, status, item.reason)
+    row = grade_submission(item.path, master, refs, refs.limits, item.student, item.file)
+    if item.warning:
+        row["warnings"] = [item.warning, *row.get("warnings", [])]
+    return row
+
+
+def _worker(args: tuple[Item, str, Limits, Path | None]) -> dict[str, Any]:
+    item, master_path, limits, cache_dir = args
+    master = parse_master(Path(master_path))
+    return _grade_item(item, master, _References(master, limits, cache_dir))
+
+
+def grade_folder(
+    submissions: Path,
+    out: Path,
+    *,
+    solutions: Path,
+    assignment: str | None = None,
+    options: GradeOptions | None = None,
+    progress: Callable[[str], Any] | None = None,
+) -> Summary:
+    """Grade every submission of ``submissions`` (folder or zip) into ``out``."""
+    options = options or GradeOptions()
+    limits = options.limits()
+    items, tmp = collect(submissions, assignment)
+    try:
+        name = assignment or infer_assignment(items, solutions)
+        master_path = solutions / f"{name}.ipynb"
+        if not master_path.is_file():
+            raise FileNotFoundError(f"no master {master_path}: check --assignment / --solutions")
+        master = parse_master(master_path)
+        if out.resolve() == submissions.resolve():
+            raise ValueError("--out must differ from the submissions folder")
+        for d in (solutions.resolve(), submissions.resolve()):
+            if out.resolve() == d or d in out.resolve().parents:
+                raise ValueError(f"--out must not be inside {d}: pick a folder of its own")
+        return _grade_items(items, out, master, master_path, solutions, limits, options,
+                            progress)  # fmt: skip
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _grade_items(
+    items: list[Item], out: Path, master: Master, master_path: Path, solutions: Path,
+    limits: Limits, options: GradeOptions, progress: Callable[[str], Any] | None,
+) -> Summary:  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    # the kernels' guard (second layer) keeps submitted code out of the masters and results
+    protect = {str(p.resolve()) for p in (solutions, master_path.parent, out)}
+    limits = dataclasses.replace(limits, protect=(*limits.protect, *sorted(protect)))
+    refs = _References(master, limits, options.cache_dir)
+
+    started = time.monotonic()
+    rows: dict[str, dict[str, Any]] = {}
+    todo: list[Item] = []
+    summary = Summary(master.assignment, [], sandboxed=limits.sandbox)
+    for it in items:
+        row_path = out / "rows" / f"{safe_name(it.student)}.json"
+        if not options.force and row_path.exists():  # grader errors are always retried
+            try:
+                row = json.loads(row_path.read_text())
+                if (
+                    row.get("submission_sha256") == _sha256_file(it.path)
+                    and row.get("reference_key") == refs.key(it.student)
+                    and row.get("guard", False) == limits.guard  # graded as protected now
+                    and row.get("sandbox", False) == limits.sandbox
+                    and row.get("status") != "grader-error"
+                ):
+                    rows[it.student] = row
+                    summary.skipped.append(it.student)
+                    continue
+            except (ValueError, OSError):
+                pass
+        todo.append(it)
+
+    def finish(it: Item, row: dict[str, Any]) -> None:
+        row["submission_sha256"] = _sha256_file(it.path)
+        row["guard"] = limits.guard
+        row["sandbox"] = limits.sandbox
+        row["reference_key"] = refs.key(it.student)
+        safe = safe_name(it.student)
+        atomic_write(out / "rows" / f"{safe}.json", json.dumps(row, indent=1, sort_keys=True))
+        atomic_write(out / "feedback" / f"{safe}.md", feedback_markdown(row, master))
+        rows[it.student] = row
+        summary.graded_now.append(it.student)
+        write_outputs(out, list(rows.values()), master)
+        if progress:
+            progress(
+                f"[{len(summary.graded_now)}/{len(todo)}] {it.student[:60]}: {row['status']} "
+                f"{fmt(row['total'])}/{fmt(row['max'])} ({row.get('duration_s', 0):.1f} s)"
+            )
+
+    def failed(it: Item, why: str) -> dict[str, Any]:
+        return empty_row(it.student, it.file, master, "grader-error", why)
+
+    if options.workers == 1 or len(todo) <= 1:
+        for it in todo:
+            finish(it, _grade_item(it, master, refs))
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        job = {it.student: (it, str(master_path), limits, options.cache_dir) for it in todo}
+        with cf.ProcessPoolExecutor(max_workers=options.workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_worker, job[it.student]): it for it in todo}
+            broken: list[Item] = []
+            for fut in cf.as_completed(futures):
+                it = futures[fut]
+                try:
+                    row = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken.append(it)
+                    continue
+                except Exception as exc:  # a crashed worker is a row
+                    row = failed(it, f"worker failed: {str(exc)[:200]}")
+                finish(it, row)
+        # A killed worker breaks the pool: every submission still pending fails with it.
+        # Regrade those one by one, each in a worker of its own, so that only the submission
+        # that killed its worker gets an error row.
+        for it in sorted(broken, key=lambda i: i.student):
+            with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as solo:
+                try:
+                    row = solo.submit(_worker, job[it.student]).result()
+                except Exception as exc:
+                    row = failed(it, f"the process grading it was killed ({type(exc).__name__})")
+            finish(it, row)
+    for it in items:  # feedback for skipped rows too, in case it was deleted
+        fb = out / "feedback" / f"{safe_name(it.student)}.md"
+        if not fb.exists():
+            atomic_write(fb, feedback_markdown(rows[it.student], master))
+    write_outputs(out, list(rows.values()), master)
+    summary.rows = sorted(rows.values(), key=lambda r: r["student"])
+    summary.seconds = time.monotonic() - started
+    return summary

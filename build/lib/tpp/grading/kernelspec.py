@@ -1,0 +1,195 @@
+"""The grading kernel's kernelspec (launcher, limits, sandbox, guard) and its client.
+
+:func:`kernelspec_dir` writes a private kernelspec whose ``argv`` starts the kernel through
+:mod:`tpp.grading.launcher`; :class:`GraderClient` is nbclient with a per-cell output budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nbformat
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_core.utils import ensure_async
+from nbclient import NotebookClient
+
+from tpp.grading import sandbox
+
+if TYPE_CHECKING:
+    from tpp.grading.run import Limits
+
+KERNEL_NAME = "tpp-grader"
+_SPEC_DIRS: dict[tuple, Path] = {}
+
+
+def guard_config(limits: Limits) -> dict[str, Any]:
+    """What the kernel's guard protects (see :mod:`tpp.grading.guard`).
+
+    Read-protected: ``limits.protect`` (the grader passes the solutions and results folders),
+    every ``solutions/`` and ``.git`` at or above the ``tpp`` package (the course repository),
+    the Jupyter runtime folder (other kernels' connection files) and the grader's temporary
+    folders (``tpp-grade-*``, ``tpp-ipc-*``, ``tpp-kernels-*``) other than the kernel's own.
+    Writable: only the kernel's own temporary folder, and ``/dev/null``.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    import tpp
+
+    read = {str(Path(p).resolve()) for p in limits.protect}
+    for d in Path(tpp.__file__).resolve().parents:
+        for name in ("solutions", ".git"):
+            if (d / name).exists():
+                read.add(str(d / name))
+    read.add(str(Path(jupyter_runtime_dir()).resolve()))
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    return {
+        "read": sorted(read),
+        "read_prefixes": [[tmp, "tpp-grade-"], [tmp, "tpp-ipc-"], [tmp, "tpp-kernels-"]],
+        "write": ["/dev/null"],
+    }
+
+
+def kernelspec_dir(limits: Limits) -> Path:
+    """A private kernelspec folder whose kernel starts through the limiting launcher."""
+    guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
+    key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard, limits.sandbox,
+           limits.nproc)  # fmt: skip
+    if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
+        return _SPEC_DIRS[key]
+    root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
+    atexit.register(shutil.rmtree, root, True)
+    spec = root / KERNEL_NAME
+    spec.mkdir()
+    launcher = Path(__file__).with_name("launcher.py")
+    env = {
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONHASHSEED": "0",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "PYTHONWARNINGS": "ignore",
+        "LANG": "C.UTF-8",
+    }
+    box: list[str] = []
+    if limits.sandbox:
+        import tpp
+
+        package_dir = str(Path(tpp.__file__).resolve().parent.parent)
+        box = ["--sandbox", sandbox.encode(sandbox.config_for(package_dir, env))]
+    argv = [
+        sys.executable,
+        str(launcher),
+        "--memory-mb", str(limits.memory_mb),
+        "--cpu-seconds", str(limits.cpu_seconds),
+        "--file-mb", str(limits.file_mb),
+        "--nproc", str(limits.nproc if limits.sandbox else 0),
+        *box,
+        *(["--guard", guard] if guard else []),
+        "--",
+        sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+    ]  # fmt: skip
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "display_name": "Python 3 (tpp grader)",
+                "language": "python",
+                "env": env,
+                "interrupt_mode": "message",  # no signals across the sandbox's PID namespace
+                "metadata": {"debugger": False},
+            }
+        )
+    )
+    _SPEC_DIRS[key] = root
+    return root
+
+
+FLUSH_S = 0.02  # IOPub quiet time that ends start-up (jupyter_client waits 0.2 s every time)
+
+
+class FastStartClient(AsyncKernelClient):
+    """jupyter_client's client, whose ``wait_for_ready`` ends its IOPub flush sooner.
+
+    The same handshake as ``AsyncKernelClient.wait_for_ready`` (a ``kernel_info`` reply on
+    shell, then one IOPub message to show IOPub is connected, the kernel's liveness checked and
+    the start-up deadline enforced in between), but the final flush waits :data:`FLUSH_S` of
+    quiet instead of 0.2 s: a fixed 0.2 s per kernel, and one kernel per submission. Messages
+    that arrive later are the kernel's own start-up status, which nbclient ignores (it keeps
+    only messages whose parent is the cell's request).
+    """
+
+    async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
+        from queue import Empty
+
+        deadline = time.time() + (float("inf") if timeout is None else timeout)
+        while True:
+            self.kernel_info()
+            try:
+                msg = await ensure_async(self.shell_channel.get_msg(timeout=1))
+            except Empty:
+                pass
+            else:
+                if msg["msg_type"] == "kernel_info_reply":
+                    try:
+                        await ensure_async(self.iopub_channel.get_msg(timeout=0.2))
+                    except Empty:
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(msg)
+                        break
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.time() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+            await asyncio.sleep(0)
+        while True:
+            try:
+                await ensure_async(self.iopub_channel.get_msg(timeout=FLUSH_S))
+            except Empty:
+                break
+
+    wait_for_ready = _async_wait_for_ready  # type: ignore[assignment]
+
+
+def _message_size(msg: dict[str, Any]) -> int:
+    content = msg.get("content", {})
+    if "text" in content:
+        return len(content["text"])
+    if "data" in content:
+        return sum(len(str(v)) for v in content["data"].values())
+    if "traceback" in content:
+        return sum(len(x) for x in content["traceback"])
+    return 200
+
+
+class GraderClient(NotebookClient):
+    """nbclient with a per-cell output budget: outputs beyond it are dropped, not stored."""
+
+    def __init__(self, nb: nbformat.NotebookNode, output_bytes: int, **kw: Any) -> None:
+        super().__init__(nb, **kw)
+        self._output_bytes = output_bytes
+        self._used: dict[int, int] = {}
+        self._truncated: set[int] = set()
+
+    def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
+        used = self._used.get(cell_index, 0) + _message_size(msg)
+        self._used[cell_index] = used
+        if used > self._output_bytes:
+            if cell_index not in self._truncated:
+                self._truncated.add(cell_index)
+                outs.append(
+                    nbformat.v4.new_output(
+                        "stream", name="stderr", text="[output truncated by the grader]\n"
+                    )
+                )
+            return None
+        return super().output(outs, msg, display_id, cell_index)

@@ -1,0 +1,177 @@
+"""The master's reference values: run through the grading pipeline, cached outside the results.
+
+The cache lives in the instructor's user cache folder (``$TPP_GRADE_CACHE``, else
+``$XDG_CACHE_HOME/tpp/grade``, else ``~/.cache/tpp/grade``, mode 0700), never in the results
+folder: the results folder can be shared with students, and no kernel ever sees the cache (it
+is outside the sandbox). Per-student parameters (see :mod:`tpp.grading.params`) give one
+reference per parameter set, cached by the parameters' hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tpp.grading.compare import SchemaError, load_record
+from tpp.grading.notebook import Master, MasterError
+from tpp.grading.run import Limits, RunOutcome, run_cells
+from tpp.grading.submission import Rebuilt, parameters_of, rebuild
+
+GRADER_VERSION = "2"
+
+
+def default_cache_dir() -> Path:
+    """Where reference values are cached: outside any results folder, private to the user."""
+    env = os.environ.get("TPP_GRADE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tpp" / "grade"
+
+
+def _library_hash() -> str:
+    """A hash of the ``tpp`` sources: the reference depends on the library the master uses."""
+    import tpp
+
+    h = hashlib.sha256()
+    root = Path(tpp.__file__).parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def reference_key(master: Master, params: dict[str, Any] | None = None) -> str:
+    """Content hash deciding whether a cached reference is still valid."""
+    h = hashlib.sha256()
+    parts = (GRADER_VERSION, master.sha256, _library_hash(), platform.python_version(),
+             json.dumps(params or {}, sort_keys=True))  # fmt: skip
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def run_rebuilt(
+    master: Master, answers: dict[str, str], limits: Limits, student: str | None = None
+) -> tuple[Rebuilt, RunOutcome, dict[str, dict[str, Any] | str]]:
+    """Rebuild, run in a fresh kernel, read each question's serialised answers (or an error).
+
+    The kernel's folder ``tpp-grade-*`` holds ``work/`` (its private working folder) and the
+    answers folder; it is deleted afterwards.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="tpp-grade-"))
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        answers_dir = tmp / f"a{secrets.token_hex(6)}"  # not guessable from the kernel's cwd
+        answers_dir.mkdir()
+        rebuilt = rebuild(master, answers, answers_dir, student)
+        outcome = run_cells(
+            [c.source for c in rebuilt.cells],
+            work,
+            limits,
+            groups=[c.question for c in rebuilt.cells],
+            replayable=[c.kind != "serialise" for c in rebuilt.cells],
+            private=[c.kind in ("hidden", "serialise") for c in rebuilt.cells],
+        )
+        records: dict[str, dict[str, Any] | str] = {}
+        for q in master.questions:
+            idx = next(
+                i
+                for i, c in enumerate(rebuilt.cells)
+                if c.kind == "serialise" and c.question == q.id
+            )
+            cell = outcome.cells[idx]
+            if cell.status != "ok":
+                why = f"{cell.status}: {cell.ename}" if cell.ename else cell.status
+                records[q.id] = f"answers not recorded ({why})"
+                continue
+            try:
+                records[q.id] = load_record(
+                    rebuilt.answer_files[q.id], rebuilt.nonce, q.id, list(q.answers)
+                )
+            except (OSError, SchemaError) as exc:
+                records[q.id] = f"answers not recorded ({str(exc)[:100]})"
+        return rebuilt, outcome, records
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compute_reference(
+    master: Master, limits: Limits, student: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Run the master through the grading pipeline; its values are the reference.
+
+    Raises :class:`MasterError` if any cell of the master fails or an answer is not a plain
+    value: a master must pass all its own checks.
+    """
+    answers = {c.id: c.source for c in master.cells if c.role == "answer"}
+    rebuilt, outcome, records = run_rebuilt(master, answers, limits, student)
+    problems = []
+    if outcome.died or outcome.hung:
+        problems.append(outcome.reason)
+    for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
+        if res.status not in ("ok",) and cell.kind != "serialise":
+            problems.append(
+                f"cell {cell.master_id} ({cell.kind} {cell.question or ''}) {res.status}"
+                f"{': ' + res.ename + ': ' + res.evalue[:200] if res.ename else ''}"
+            )
+    ref: dict[str, dict[str, Any]] = {}
+    for q in master.questions:
+        rec = records[q.id]
+        if isinstance(rec, str):
+            problems.append(f"question {q.id}: {rec}")
+            continue
+        for name, value in rec.items():
+            if value["t"] in ("missing", "error"):
+                problems.append(
+                    f"question {q.id}: answer {name!r} is "
+                    f"{'not defined' if value['t'] == 'missing' else value.get('why')}"
+                )
+        ref[q.id] = rec
+    if problems:
+        raise MasterError(f"{master.path}: the master fails in the grader: " + "; ".join(problems))
+    return ref
+
+
+def _atomic_write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def load_reference(
+    master: Master,
+    limits: Limits,
+    cache_dir: Path | None = None,
+    student: str | None = None,
+) -> dict[str, Any]:
+    """The master's reference values for ``student``'s parameters (if the master has any),
+    cached in ``cache_dir`` by content hash."""
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    key = reference_key(master, parameters_of(master, student))
+    path = cache_dir / f"reference-{key[:32]}.json"
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+            cached = json.loads(fh.read(20_000_000))
+        if cached.get("key") == key:
+            return cached["values"]
+    except (ValueError, OSError, AttributeError):
+        pass
+    values = compute_reference(master, limits, student)
+    try:
+        _atomic_write_private(path, json.dumps({"key": key, "values": values}, sort_keys=True))
+    except OSError:
+        pass  # an unwritable cache only costs time
+    return values

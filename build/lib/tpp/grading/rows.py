@@ -1,0 +1,263 @@
+"""Grade one submission into a row: per-question result, points, checks, submitted values.
+
+Each question's ``result`` is one of :data:`RESULTS`; :data:`WORDING` is the one sentence the
+feedback uses for it. The row never contains a hidden cell's source: hidden checks are reported
+by number only, and they run without being stored in the kernel's input history (``In``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tpp.grading.compare import _describe, equal
+from tpp.grading.notebook import Master
+from tpp.grading.submission import (
+    Rejected,
+    answer_sources,
+    assigned_names,
+    read_notebook,
+    submitted_assignment,
+)
+
+if TYPE_CHECKING:
+    from tpp.grading.run import Limits
+
+RESULTS = ("correct", "incorrect", "not-attempted", "missing", "error", "timeout",
+           "kernel-died", "not-run")  # fmt: skip
+WORDING = {
+    "correct": "correct",
+    "incorrect": "answered, but the value is wrong",
+    "not-attempted": "not attempted: the answer cell is still the blank exercise",
+    "missing": "the answer cell was not found in the submission",
+    "error": "the answer could not be recorded: the code raised an error",
+    "timeout": "a cell ran longer than the time limit",
+    "kernel-died": "the kernel died (a resource limit, or the code ended the process)",
+    "not-run": "not run: an earlier failure stopped the notebook",
+}
+DETAIL_CHARS = 300
+
+
+def clip(text: str, limit: int = DETAIL_CHARS) -> str:
+    """At most ``limit`` characters of student-controlled text, one line."""
+    text = " ".join(str(text)[: limit * 4].split())
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
+def show_value(v: dict[str, Any], limit: int = 80) -> str:
+    """A short text for a serialised value (for results.json and the class report)."""
+    t = v.get("t")
+    if t in ("int", "float", "bool", "str"):
+        return clip(repr(v["v"]), limit)
+    if t == "frac":
+        return f"{v['n']}/{v['d']}"
+    if t == "none":
+        return "None"
+    if t == "missing":
+        return "(not defined)"
+    if t == "error":
+        return clip(f"(error: {v.get('why', '')})", limit)
+    return _describe(v)
+
+
+def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:
+    return {
+        "student": student,
+        "file": file,
+        "assignment": master.assignment,
+        "status": status,
+        "reason": clip(reason),
+        "points": {q.id: 0 for q in master.questions},
+        "total": 0,
+        "max": master.max_points,
+        "warnings": [],
+        "submitted": {},
+        "questions": {
+            q.id: {
+                "points": 0,
+                "max": q.points,
+                "result": "not-run",
+                "detail": clip(reason),
+                "checks": [],
+            }
+            for q in master.questions
+        },
+    }
+
+
+def grade_submission(
+    path: Path,
+    master: Master,
+    reference: dict[str, Any] | Any,
+    limits: Limits,
+    student: str | None = None,
+    file: str | None = None,
+) -> dict[str, Any]:
+    """Grade one submission file into a row (never raises for a bad submission).
+
+    ``reference`` is the master's values, or a callable ``student -> values`` (per-student
+    parameters, :mod:`tpp.grading.params`).
+    """
+    student = student if student is not None else path.stem
+    file = file if file is not None else path.name
+    start = time.monotonic()
+    try:
+        row = _grade(path, student, file, master, reference, limits)
+    except Rejected as rej:
+        row = empty_row(student, file, master, rej.status, rej.reason)
+    except OSError as exc:
+        row = empty_row(student, file, master, "invalid-notebook",
+                        f"cannot read the file ({type(exc).__name__})")  # fmt: skip
+    except Exception as exc:  # a grader bug must become a row, not a crash
+        row = empty_row(student, file, master, "grader-error",
+                        f"{type(exc).__name__}: {str(exc)[:200]}")  # fmt: skip
+    row["duration_s"] = round(time.monotonic() - start, 3)
+    return row
+
+
+def _not_attempted(master: Master, answers: dict[str, str], qid: str) -> bool:
+    from tpp.grading.assign import stub_source  # nbformat: imported only when grading
+
+    cells = master.cells_of(qid, "answer")
+    return bool(cells) and all(
+        " ".join(answers.get(c.id, "").split()) == " ".join(stub_source(c.source).split())
+        for c in cells
+    )
+
+
+def _grade(
+    path: Path, student: str, file: str, master: Master, reference: Any, limits: Limits
+) -> dict[str, Any]:
+    nb = read_notebook(path)
+    claimed = submitted_assignment(nb)
+    if claimed is not None and claimed != master.assignment:
+        raise Rejected(
+            "wrong-assignment",
+            f"notebook of assignment {claimed[:60]!r}, not {master.assignment!r}",
+        )
+    answers, warnings = answer_sources(nb, master)
+    if not answers:
+        raise Rejected(
+            "missing-answers", f"no answer cell of {master.assignment} found in the notebook"
+        )
+    from tpp.grading.reference import run_rebuilt  # the kernel machinery, only when grading
+
+    if callable(reference):
+        reference = reference(student)
+    rebuilt, outcome, records = run_rebuilt(master, answers, limits, student)
+
+    questions: dict[str, Any] = {}
+    submitted: dict[str, dict[str, str]] = {}
+    timeouts: list[str] = []
+    missing_q: list[str] = []
+    for q in master.questions:
+        idx = [i for i, c in enumerate(rebuilt.cells) if c.question == q.id]
+        kinds = {i: rebuilt.cells[i].kind for i in idx}
+        statuses = {i: outcome.cells[i].status for i in idx}
+        checks = []
+        k_pub = k_hid = 0
+        hidden_names: dict[int, set[str]] = {}
+        for i in idx:
+            res = outcome.cells[i]
+            if kinds[i] == "check":
+                k_pub += 1
+                msg = f"{res.ename}: {res.evalue}".strip(": ") if res.status == "error" else ""
+                if res.status in ("timeout", "died", "not-run"):
+                    msg = {"timeout": "timed out", "died": "the kernel died"}.get(
+                        res.status, "not run"
+                    )
+                checks.append({"kind": "public", "k": k_pub, "passed": res.status == "ok",
+                               "message": clip(msg)})  # fmt: skip
+            elif kinds[i] == "hidden":
+                k_hid += 1
+                hidden_names[k_hid] = assigned_names(rebuilt.cells[i].source) & set(q.answers)
+                checks.append({"kind": "hidden", "k": k_hid, "passed": res.status == "ok"})
+        answer_missing = any(c.id in rebuilt.missing for c in master.cells_of(q.id, "answer"))
+        rec = records[q.id]
+        wrong: dict[str, str] = {}
+        if isinstance(rec, dict):
+            submitted[q.id] = {n: show_value(v) for n, v in rec.items()}
+            for name in q.answers:
+                ok, why = equal(rec[name], reference[q.id][name], q.rtol, q.atol)
+                if not ok:
+                    wrong[name] = why
+        for chk in checks:
+            if chk["kind"] == "hidden" and any(n in wrong for n in hidden_names[chk["k"]]):
+                chk["passed"] = False
+        # A hidden cell computes the graded value: if it raised, the value is not its result
+        # (e.g. a probe variable preset by the answer cell, then the probe made to fail).
+        hidden_failed = any(c["kind"] == "hidden" and not c["passed"] for c in checks)
+        if isinstance(rec, dict) and hidden_failed and not wrong:
+            wrong["_hidden"] = "a hidden check failed"
+        if any(s == "timeout" for s in statuses.values()):
+            result, detail = "timeout", f"a cell exceeded {limits.timeout:g} s"
+            timeouts.append(q.id)
+        elif any(s == "died" for s in statuses.values()):
+            result, detail = "kernel-died", outcome.reason
+        elif answer_missing:
+            result, detail = "missing", ""
+            missing_q.append(q.id)
+        elif _not_attempted(master, answers, q.id):
+            result, detail = "not-attempted", ""
+        elif isinstance(rec, str):
+            if any(kinds[i] == "serialise" and statuses[i] == "not-run" for i in idx):
+                result, detail = "not-run", outcome.reason
+            else:
+                result, detail = "error", rec
+        elif wrong:
+            hidden_only = {"_hidden", *set().union(*hidden_names.values())}
+            shown = [f"{n}: {w}" for n, w in wrong.items() if n not in hidden_only]
+            result = "incorrect"
+            detail = "; ".join(shown) if shown else "a hidden check failed"
+        else:
+            result, detail = "correct", ""
+        raised = [
+            outcome.cells[i]
+            for i in idx
+            if kinds[i] == "answer" and outcome.cells[i].status == "error"
+        ]
+        if raised and result in ("incorrect", "error"):  # e.g. what the guard refused
+            detail = f"the answer cell raised {raised[0].ename}: {raised[0].evalue}"[:220] + (
+                "; " + detail if detail else ""
+            )
+        points = q.points if result == "correct" else 0
+        questions[q.id] = {
+            "points": points,
+            "max": q.points,
+            "result": result,
+            "detail": clip(detail),
+            "checks": checks,
+        }
+
+    where = ""
+    for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
+        if res.status in ("died", "timeout") and not where:
+            where = f" in {cell.kind} cell of {cell.question or 'the setup'}"
+    if outcome.died:
+        status = "kernel-died"
+        reason = outcome.reason + where
+    elif timeouts or outcome.hung:
+        status = "timeout"
+        reason = f"a cell of {', '.join(timeouts)} exceeded {limits.timeout:g} s" + (
+            "; the kernel ignored the interrupt and was restarted" if outcome.hung else ""
+        )
+    elif missing_q:
+        status = "missing-answers"
+        reason = f"no answer cell for {', '.join(missing_q)}"
+    else:
+        status, reason = "graded", ""
+    points = {qid: v["points"] for qid, v in questions.items()}
+    return {
+        "student": student,
+        "file": file,
+        "assignment": master.assignment,
+        "status": status,
+        "reason": clip(reason),
+        "points": points,
+        "total": sum(points.values()),
+        "max": master.max_points,
+        "warnings": [clip(w) for w in warnings],
+        "submitted": submitted,
+        "questions": questions,
+    }

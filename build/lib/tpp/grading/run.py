@@ -1,0 +1,362 @@
+"""Run a rebuilt notebook in a fresh, resource-limited kernel, cell by cell, and survive it.
+
+Each run starts its own kernel through a private kernelspec (:mod:`tpp.grading.kernelspec`)
+whose ``argv`` goes through :mod:`tpp.grading.launcher`: limits set with ``setrlimit`` (hard =
+soft), the OS sandbox of :mod:`tpp.grading.sandbox` unless ``Limits.sandbox`` is off, then,
+unless ``Limits.guard`` is off, the audit hook of :mod:`tpp.grading.guard` installed before
+``ipykernel`` starts in the same process. Cells run with nbclient: errors allowed, a per-cell
+timeout, no stdin (``input()`` fails at once), outputs truncated, Unix-socket transport in the
+kernel's own folder. A timed-out cell is interrupted; if the kernel does not answer a probe
+cell afterwards it is killed. A kernel that dies (``sys.exit`` is harmless; ``os._exit`` or a
+limit kills it) is replaced by a new one, the earlier cells are replayed and the question
+retried once; after a second death or a kill the run goes on after the failed question (see
+:func:`run_cells`). Every process a kernel started is killed when it ends: the sandbox's PID
+namespace dies with it, and without the sandbox :mod:`tpp.grading.reaper` finds them (the
+grading process is a child subreaper, so daemons that double-fork are re-parented to it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import psutil
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+
+from tpp.grading.kernelspec import (
+    KERNEL_NAME,
+    GraderClient,
+    guard_config,  # noqa: F401 - re-exported
+    kernelspec_dir,
+)
+from tpp.grading.reaper import (
+    _become_subreaper,
+    _children,
+    _descendants,
+    _kill_adopted,
+    _kill_group,
+    _kill_tree,
+)
+
+PROBE_TIMEOUT = 5
+_LOG = logging.getLogger("tpp.grading.nbclient")
+_LOG.addHandler(logging.NullHandler())
+_LOG.propagate = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits: seconds per cell, kernel address space (MiB), CPU seconds, output bytes;
+    whether the kernel runs under :mod:`tpp.grading.guard`, and the folders it must not read."""
+
+    timeout: float = 30.0
+    memory_mb: int = 2048
+    cpu_seconds: int = 120
+    file_mb: int = 64
+    output_bytes: int = 20_000
+    guard: bool = True
+    protect: tuple[str, ...] = ()  # extra read-protected folders (solutions, results)
+    sandbox: bool = True  # run each kernel in bubblewrap (see tpp.grading.sandbox)
+    nproc: int = 64  # processes + threads of a sandboxed kernel
+    startup_timeout: float = 30.0  # seconds for a kernel to start and answer
+
+
+@dataclass
+class CellOutcome:
+    """What happened to one cell: ok, error, timeout, died or not-run (+ the exception)."""
+
+    status: str
+    ename: str = ""
+    evalue: str = ""
+
+
+@dataclass
+class RunOutcome:
+    """The outcome of a run: one :class:`CellOutcome` per cell, and how the kernel ended."""
+
+    cells: list[CellOutcome]
+    died: bool = False
+    hung: bool = False
+    reason: str = ""
+    duration_s: float = 0.0
+    outputs: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+def _exit_reason(km: AsyncKernelManager) -> str:
+    proc = getattr(getattr(km, "provisioner", None), "process", None)
+    code = proc.poll() if proc is not None else None
+    if code is None:
+        return "the kernel stopped answering"
+    if code > 128 and getattr(km, "tpp_sandboxed", False):
+        code = 128 - code  # bwrap exits with 128 + the signal that killed the kernel
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGXCPU": " (CPU-time limit reached)",
+            "SIGKILL": " (CPU-time or memory limit)",
+        }.get(name, "")
+        return f"the kernel was killed by {name}{hint}"
+    return f"the kernel exited with code {code}"
+
+
+def run_cells(
+    sources: list[str],
+    workdir: Path,
+    limits: Limits,
+    groups: list[str | None] | None = None,
+    replayable: list[bool] | None = None,
+    max_restarts: int = 4,
+    private: list[bool] | None = None,
+) -> RunOutcome:
+    """Execute ``sources`` (code cells, in order) in a fresh kernel started in ``workdir``.
+
+    ``groups[i]`` names the question cell ``i`` belongs to (None: setup). When the kernel dies
+    in a cell of group ``g``, a new kernel is started, the cells before ``g`` are replayed
+    (those with ``replayable[i]``, except failed groups and cells that timed out) and ``g`` is
+    tried once more, so that a kernel lost to the machine costs nothing. If ``g`` fails again,
+    or the kernel had to be killed after a timeout, execution goes on after ``g``, skipping the
+    rest of it: one question's failure does not cost the others. At most ``max_restarts``
+    kernels are started after the first; a failure in a setup cell ends the run.
+    ``private[i]``: cell ``i`` runs without being stored in the kernel's input history
+    (``In``, ``_ih``, ``_i<n>``), so that later cells cannot read its source.
+    """
+    n = len(sources)
+    groups = list(groups) if groups is not None else [None] * n
+    replayable = list(replayable) if replayable is not None else [True] * n
+    first_of = {}
+    for i, g in enumerate(groups):
+        first_of.setdefault(g, i)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    for cell, hide in zip(nb.cells, private or [], strict=False):
+        cell.metadata["private"] = bool(hide)  # not stored in the kernel's history (In, _ih)
+    result = RunOutcome([CellOutcome("not-run") for _ in sources])
+    start = time.monotonic()
+    failed: set[str] = set()
+    retried: set[object] = set()
+    failures: list[tuple[str, str]] = []
+    pos, restarts = 0, 0
+    while pos < n:
+        replay = [
+            j
+            for j in range(pos)
+            if replayable[j]
+            and groups[j] not in failed
+            and result.cells[j].status in ("ok", "error")
+        ]
+        todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
+        stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups)
+        if event is None:
+            break
+        kind, reason = event
+        g = groups[stop] if stop >= 0 else None
+        if kind == "tainted":  # g is over, but its kernel may be unusable: a new one for the rest
+            failed.add(g)  # type: ignore[arg-type]
+            pos = stop + 1
+            continue
+        key = ("start", pos) if stop < 0 else ("group", g, stop if g is None else None)
+        if kind == "died" and key not in retried and restarts < max_restarts:
+            retried.add(key)  # once more: the machine, not the submission, may have failed
+            restarts += 1
+            if stop >= 0:
+                pos = stop if g is None else first_of[g]
+            continue
+        failures.append((kind, reason))
+        if stop < 0 or g is None or restarts >= max_restarts:
+            break
+        failed.add(g)
+        restarts += 1
+        pos = stop + 1
+    result.died = any(k == "died" for k, _ in failures)
+    result.hung = any(k == "hung" for k, _ in failures)
+    result.reason = failures[0][1] if failures else ""
+    result.duration_s = time.monotonic() - start
+    result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
+    return result
+
+
+def _session(
+    nb: nbformat.NotebookNode,
+    todo: list[int],
+    replay: list[int],
+    workdir: Path,
+    limits: Limits,
+    outcomes: list[CellOutcome],
+    groups: list[str | None] | None = None,
+) -> tuple[int, tuple[str, str] | None]:
+    """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
+
+    Returns ``(index, None)`` when all ran, or ``(index, (kind, reason))`` for the cell where the
+    kernel died (kind ``died``) or had to be killed after a timeout (``hung``); index ``-1``
+    when the kernel failed to start or to replay. Kind ``tainted``: a cell of question
+    ``groups[index]`` timed out (and was interrupted) or raised ``MemoryError``, and that
+    question is over; the kernel is not trusted with the next question (memory may still be
+    held, threads left running), so the session ends at the last cell of that question.
+    """
+    groups = groups if groups is not None else [None] * len(nb.cells)
+    tainted: str | None = None
+    replies: dict[int, dict[str, Any]] = {}
+
+    def on_executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None) -> None:
+        if execute_reply is not None:
+            replies[cell_index] = execute_reply.get("content", {})
+
+    _become_subreaper()
+    adopted_before = set(_children())
+    # The kernel's shared folder (the parent of its working folder): connection file and
+    # Unix sockets live there, where only this kernel (sandboxed) and the grader can reach them.
+    shared = workdir.parent
+    token = os.urandom(6).hex()
+    km = AsyncKernelManager(
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernelspec_dir(limits))]),
+        transport="ipc",  # Unix sockets: no TCP port, nothing on the network
+        ip=str(shared / f"k{token}"),
+        connection_file=str(shared / f"kernel-{token}.json"),
+        client_class="tpp.grading.kernelspec.FastStartClient",  # no fixed 0.2 s at start-up
+    )
+    km.tpp_sandboxed = limits.sandbox  # type: ignore[attr-defined]
+    client = GraderClient(
+        nb,
+        limits.output_bytes,
+        km=km,
+        timeout=max(1, math.ceil(limits.timeout)),  # nbclient wants whole seconds
+        allow_errors=True,
+        interrupt_on_timeout=False,
+        record_timing=False,
+        startup_timeout=max(1, math.ceil(limits.startup_timeout)),
+        shutdown_kernel="immediate",
+        log=_LOG,
+    )
+    client.on_cell_executed = on_executed
+    pids: list[psutil.Process] = []
+    pgid: int | None = None
+    kernel: psutil.Process | None = None
+    stop, event = -1, None
+    finished = False
+    try:
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        with client.setup_kernel(cwd=str(workdir), **quiet):
+            kernel_pid = getattr(km.provisioner, "pid", None)
+            pgid = getattr(km.provisioner, "pgid", None)
+            try:
+                kernel = psutil.Process(kernel_pid) if kernel_pid else None
+            except psutil.Error:
+                kernel = None
+            for j in replay:
+                try:
+                    client.execute_cell(
+                        nb.cells[j], j, store_history=not nb.cells[j].metadata.get("private")
+                    )
+                except (DeadKernelError, CellTimeoutError, KeyError, ValueError, TypeError):
+                    pids = _descendants(kernel)
+                    return -1, ("died", "the kernel failed while replaying earlier cells")
+            replies.clear()
+            for i in todo:
+                if tainted is not None and groups[i] != tainted:
+                    event = ("tainted", f"question {tainted} left the kernel unusable")
+                    break
+                stop = i
+                try:
+                    client.execute_cell(
+                        nb.cells[i], i, store_history=not nb.cells[i].metadata.get("private")
+                    )
+                except DeadKernelError:
+                    outcomes[i] = CellOutcome("died")
+                    event = ("died", _exit_reason(km))
+                    break
+                except (KeyError, ValueError, TypeError):
+                    # a message nbclient cannot read: the kernel's messaging was tampered with
+                    outcomes[i] = CellOutcome("died")
+                    event = ("died", "the kernel broke the Jupyter protocol")
+                    pids = _descendants(kernel)
+                    break
+                except CellTimeoutError:
+                    outcomes[i] = CellOutcome("timeout")
+                    if not _recover(client, km, i):
+                        event = ("hung", "the kernel did not stop after a timeout and an interrupt")
+                        pids = _descendants(kernel)
+                        break
+                    tainted = groups[i] or tainted
+                    continue
+                reply = replies.pop(i, {})
+                if reply.get("status") == "error":
+                    if reply.get("ename") == "MemoryError":
+                        tainted = groups[i] or tainted
+                    outcomes[i] = CellOutcome(
+                        "error", str(reply.get("ename", ""))[:200], str(reply.get("evalue", ""))
+                    )
+                else:
+                    outcomes[i] = CellOutcome("ok")
+            if not pids:
+                pids = _descendants(kernel)
+            finished = event is None
+    except DeadKernelError:  # at start-up (or at shutdown: then it does not matter)
+        if not finished:
+            event = event or ("died", _exit_reason(km))
+    except (KeyError, ValueError, TypeError):  # while shutting a broken kernel down
+        if not finished:
+            event = event or ("died", "the kernel broke the Jupyter protocol")
+    except RuntimeError as exc:  # the kernel did not start
+        stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
+    finally:
+        _kill_tree(pids)
+        _kill_group(pgid, kernel)
+        _kill_adopted(adopted_before)
+        for p in shared.glob(f"*{token}*"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+    return stop, event
+
+
+def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:
+    """Interrupt the kernel after a timeout; True if it then runs a trivial cell promptly."""
+    original = client.nb.cells[index]
+    try:
+        run_sync(km.interrupt_kernel)()
+        # A fresh client: the cancelled output poller of the timed-out cell may still hold
+        # a pending receive on the old IOPub socket, which would swallow later messages.
+        client.kc.stop_channels()
+        client.kc = km.client()
+        client.kc.start_channels()  # no wait_for_ready: a busy kernel would block it
+        client.kc.allow_stdin = False
+        probe = nbformat.v4.new_code_cell("pass")
+        saved, client.timeout = client.timeout, PROBE_TIMEOUT
+        try:
+            client.execute_cell(probe, index)
+        finally:
+            client.timeout = saved
+        return True
+    except (CellTimeoutError, DeadKernelError, RuntimeError):
+        return False
+    finally:
+        client.nb.cells[index] = original
+
+
+def cpu_count() -> int:
+    """Cores available to this process."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,120 @@
+"""Looped schedules (v chunks per rank, stage s on rank s mod P) in PyTorch 2.13's per-rank order.
+
+* ``looped-bfs``: breadth-first (Lamy-Poirier 2023, arXiv:2211.05953): every forward of the
+  rank's first chunk, then of its next chunk, ...; then the backwards chunk by chunk in reverse,
+  microbatches in reverse order (``torch.distributed.pipelining.ScheduleLoopedBFS``).
+* ``interleaved``: Megatron's interleaved 1F1B (Narayanan et al. 2021, SC21, sec. 2.2) in the order
+  of ``ScheduleInterleaved1F1B``: warm-up ``min((v - 1) P + 2 (P - 1 - r), v M)`` chunk-forwards.
+* ``zb1p``: interleaved zero bubble (Qi et al. 2024, sec. 3; PyTorch's
+  ``ScheduleInterleavedZeroBubble``): warm-up ``min((v - 1) P + (P - 1 - r), v M)``, the backward
+  split into I and W, rank r running its first W after r input gradients and then one W per I.
+
+Microbatches go through the chunks in rounds of ``M / max(1, M // P)`` (PyTorch's rule; M must be
+a multiple of the number of rounds ``max(1, M // P)``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from tpp.pipeline.ir import Action, Schedule
+
+
+def rounds(P: int, M: int, name: str) -> int:
+    """Microbatches per round, ``M / max(1, M // P)``; raises if M is not a multiple of the
+    number of rounds (PyTorch's rule for interleaved schedules)."""
+    n_rounds = max(1, M // P)
+    if M % n_rounds:
+        ok = [m for m in range(max(1, M - P), M + P + 1) if m % max(1, m // P) == 0]
+        near = min(ok, key=lambda m: (abs(m - M), m))
+        raise ValueError(
+            f"{name} needs microbatches ({M}) to be a multiple of the number of rounds "
+            f"max(1, M // P) = {n_rounds}: use M = {near} (or a multiple of P = {P})"
+        )
+    return M // n_rounds
+
+
+def one_f_one_b_ops(P: int, v: int, M: int, r: int, warmup: int, per_round: int,
+                    zero_bubble: bool) -> list[Action]:
+    """Rank r's order: ``warmup`` chunk-forwards, then one forward and one backward (and, with
+    ``zero_bubble``, one W once r backwards have run), then the remaining backwards (and W's).
+    Forward k visits local chunk ``(k // per_round) mod v``; backward k (counted from the end of
+    the warm-up) visits the chunks in reverse."""
+    total = v * M
+
+    def fwd_stage(k: int) -> int:
+        return ((k // per_round) % v) * P + r
+
+    def bwd_stage(k: int) -> int:
+        return (v - 1 - ((k - warmup) // per_round) % v) * P + r
+
+    nxt: dict[str, defaultdict[int, int]] = {k: defaultdict(int) for k in "FBW"}
+
+    def take(kind: str, stage: int) -> int:
+        m = nxt[kind][stage]
+        nxt[kind][stage] = m + 1
+        return m
+
+    back = "I" if zero_bubble else "B"
+    ops: list[Action] = []
+    bwd_ids: list[int] = []
+    n_w = 0
+    for k in range(total + warmup):  # warm-up, steady (F + B), cool-down (B only)
+        if k < total:
+            s = fwd_stage(k)
+            ops.append(Action(s, "F", take("F", s)))
+        if k < warmup:
+            continue
+        s = bwd_stage(k)
+        ops.append(Action(s, back, take("B", s)))
+        bwd_ids.append(k)
+        if zero_bubble and k - warmup >= r:
+            s = bwd_stage(bwd_ids[n_w])
+            ops.append(Action(s, "W", take("W", s)))
+            n_w += 1
+    while zero_bubble and n_w < len(bwd_ids):
+        s = bwd_stage(bwd_ids[n_w])
+        ops.append(Action(s, "W", take("W", s)))
+        n_w += 1
+    return ops
+
+
+def _build(name: str, P: int, M: int, v: int, warm: Callable[[int, int], int],
+           zero_bubble: bool) -> Schedule:
+    per_round = rounds(P, M, name)
+    rows = [one_f_one_b_ops(P, v, M, r, min(warm(r, per_round), v * M), per_round, zero_bubble)
+            for r in range(P)]
+    return Schedule(name, P, M, v, rows)
+
+
+def interleaved_pytorch(P: int, M: int, v: int) -> Schedule:
+    """Interleaved 1F1B in ``ScheduleInterleaved1F1B``'s order (warm-up ``(v - 1) P' + 2 (P - 1
+    - r)`` with P' microbatches per round)."""
+    return _build("interleaved", P, M, v, lambda r, pr: (v - 1) * pr + 2 * (P - 1 - r), False)
+
+
+def zb1p(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
+    """ZB1P, interleaved zero bubble (Qi et al. 2024; ``ScheduleInterleavedZeroBubble``):
+    warm-up ``(v - 1) P' + (P - 1 - r)`` chunk-forwards, then F, I and (after r I's) W."""
+    from tpp.pipeline.builders import check_common
+
+    check_common("zb1p", ranks, microbatches, virtual)
+    P, M, v = ranks, microbatches, virtual
+    return _build("zb1p", P, M, v, lambda r, pr: (v - 1) * pr + (P - 1 - r), True)
+
+
+def looped_bfs(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
+    """Looped BFS (``ScheduleLoopedBFS``): rank r runs F of all M microbatches on chunk 0, then
+    on chunk 1, ...; then B chunk by chunk from the last, microbatches M-1 down to 0."""
+    from tpp.pipeline.builders import check_common
+
+    check_common("looped-bfs", ranks, microbatches, virtual)
+    P, M, v = ranks, microbatches, virtual
+    rows = []
+    for r in range(P):
+        stages = range(r, P * v, P)
+        row = [Action(s, "F", m) for s in stages for m in range(M)]
+        row += [Action(s, "B", m) for s in reversed(stages) for m in reversed(range(M))]
+        rows.append(row)
+    return Schedule("looped-bfs", P, M, v, rows)

@@ -1,0 +1,387 @@
+"""Event simulator of a pipeline schedule with per-op costs and point-to-point transfers.
+
+Each rank executes its list in order. An operation starts at the later of (a) the moment its rank
+finishes the previous operation and (b) the moment each dependency is available, where a
+dependency produced on another rank becomes available ``p2p_latency + activation_bytes /
+p2p_bandwidth`` after it finished (no link contention is modelled). Because every rank's order is
+fixed, this start time is the longest path into the operation in the DAG formed by the rank orders
+and the dependencies; the simulator computes it in one pass over the actions (a rank blocked on a
+missing dependency is woken when that dependency completes), O(number of actions) and with the
+arithmetic of the inputs: pass ``int`` or ``fractions.Fraction`` costs and every time is exact.
+
+Costs (``t_f``, ``t_b``, ``t_w``) are per **stage** (per model chunk with interleaving: a rank
+with v chunks spends v * t_f on the forward of one microbatch), either one scalar for all stages
+or a sequence of length S = P * v. ``t_b`` is the input-gradient time (op ``I``) and ``t_w`` the
+weight-gradient time (op ``W``); a full backward ``B`` costs ``t_b + t_w``. With the default
+``t_w = 0`` a B costs ``t_b``.
+
+``recompute=True`` models activation re-materialisation as GPipe publishes it (Huang et al.
+2019, sec. 2.2): the forward keeps only each stage's input, and the backward first re-runs the
+stage's forward, so every B (or I) costs ``t_f`` more and the memory a rank holds is counted as
+stored stage inputs plus one stage's activations while a backward runs
+(:meth:`SimResult.activation_bytes_over_time`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from numbers import Real
+
+from tpp.pipeline.ir import Action, Overlap, Schedule, no_gc
+from tpp.pipeline.memory import ActivationMemory
+from tpp.pipeline.validate import check_structure, describe_deadlock
+
+Time = Real  # int, Fraction or float
+
+
+def _exact(x: object) -> bool:
+    return isinstance(x, int | Fraction) and not isinstance(x, bool)
+
+
+def _ratio(a: Time, b: Time) -> Time:
+    """a / b, exact (Fraction) when both are int or Fraction."""
+    if _exact(a) and _exact(b):
+        return Fraction(a) / Fraction(b)
+    return a / b
+
+
+def _per_stage(name: str, value: Time | Sequence[Time], stages: int) -> list[Time]:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != stages:
+            raise ValueError(
+                f"{name} has {len(value)} entries but the schedule has {stages} stages: give one "
+                f"cost per global stage (P * v) or a single scalar"
+            )
+        values = list(value)
+    else:
+        values = [value] * stages
+    for x in values:
+        if not isinstance(x, Real) or isinstance(x, bool) or x < 0:
+            raise ValueError(f"{name} must be a non-negative number (got {x!r})")
+    return values
+
+
+def run_dependencies(
+    schedule: Schedule,
+    t_f: Time | Sequence[Time],
+    t_b: Time | Sequence[Time],
+    t_w: Time | Sequence[Time],
+    transfer: Time,
+    overlap: Time | None = None,
+    recompute: bool = False,
+) -> tuple[list[tuple[int, Action | Overlap, Time, Time]], int]:
+    """Core of the simulator: the timeline ``(rank, action, start, end)`` in completion order and
+    the number of cross-rank dependency edges.
+
+    Structural errors (misplaced, out-of-range, duplicate or missing actions) are detected inline
+    and reported by :func:`~tpp.pipeline.validate.check_structure`'s precise diagnosis; a deadlock
+    raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
+    input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
+    P, M, S = schedule.ranks, schedule.microbatches, schedule.stages
+    if not (isinstance(P, int) and isinstance(M, int) and S >= 1 and M >= 1
+            and len(schedule.actions) == P):
+        check_structure(schedule)
+    cf = _per_stage("t_f", t_f, S)
+    ci = _per_stage("t_b", t_b, S)
+    cw = _per_stage("t_w", t_w, S)
+    if recompute:  # the backward re-runs the stage's forward first (Huang et al. 2019, 2.2)
+        ci = [ci[s] + cf[s] for s in range(S)]
+    cb = [ci[s] + cw[s] for s in range(S)]
+    SM = S * M
+    end_f: list[Time | None] = [None] * SM
+    end_x: list[Time | None] = [None] * SM  # input gradient of (s, m) done: B or I
+    done_w = [False] * SM
+    n_i = n_w = 0
+    waiters: dict[int, list[int]] = {}
+    waiting_on: dict[int, str] = {}
+    ptr = [0] * P
+    free: list[Time] = [0 * cf[0]] * P
+    timeline: list[tuple[int, Action, Time, Time]] = []
+    append = timeline.append
+    cross = 0
+    stack = list(range(P - 1, -1, -1))
+    actions = schedule.actions
+    home, mirror = schedule.homes()
+    home, mirror = home + [-1], mirror + [-1]  # rank of each stage; -1 past the last stage
+    half = M if schedule.mirrored_from is None else schedule.mirrored_from
+    last = S - 1
+    try:
+        while stack:
+            r = stack.pop()
+            row = actions[r]
+            n = len(row)
+            i = ptr[r]
+            t0 = free[r]
+            while i < n:
+                a = row[i]
+                if type(a) is Overlap:
+                    got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
+                                        end_x, transfer, cf, cb, overlap, waiters, waiting_on)
+                    if got is None:
+                        break
+                    start, end, woken, n_cross = got
+                    cross += n_cross
+                    append((r, a, start, end))
+                    t0 = end
+                    i += 1
+                    if woken:
+                        stack.extend(woken)
+                    continue
+                s, k, m = a
+                hm = home if m < half else mirror
+                if hm[s] != r or s < 0 or m < 0 or m >= M:
+                    raise _Malformed
+                idx = s * M + m
+                start = t0
+                if k == "F":
+                    if end_f[idx] is not None:
+                        raise _Malformed
+                    if s:
+                        d = end_f[idx - M]
+                        if d is None:
+                            waiters.setdefault(idx - M, []).append(r)
+                            waiting_on[r] = f"{s - 1}F{m}"
+                            break
+                        if hm[s - 1] != r:
+                            d = d + transfer
+                            cross += 1
+                        if d > start:
+                            start = d
+                    end = start + cf[s]
+                    end_f[idx] = end
+                    woken = waiters.pop(idx, None)
+                elif k == "W":
+                    if done_w[idx]:
+                        raise _Malformed
+                    d = end_x[idx]
+                    if d is None:
+                        waiters.setdefault(idx + SM, []).append(r)
+                        waiting_on[r] = f"{s}I{m}"
+                        break
+                    if d > start:
+                        start = d
+                    end = start + cw[s]
+                    done_w[idx] = True
+                    n_w += 1
+                    woken = None
+                elif k == "B" or k == "I":
+                    if end_x[idx] is not None:
+                        raise _Malformed
+                    d = end_f[idx]
+                    if d is None:
+                        waiters.setdefault(idx, []).append(r)
+                        waiting_on[r] = f"{s}F{m}"
+                        break
+                    if d > start:
+                        start = d
+                    if s < last:
+                        d = end_x[idx + M]
+                        if d is None:
+                            waiters.setdefault(idx + M + SM, []).append(r)
+                            waiting_on[r] = (f"the input gradient of stage {s + 1} "
+                                             f"({s + 1}B{m} or {s + 1}I{m})")
+                            break
+                        if hm[s + 1] != r:
+                            d = d + transfer
+                            cross += 1
+                        if d > start:
+                            start = d
+                    if k == "I":
+                        end = start + ci[s]
+                        n_i += 1
+                    else:
+                        end = start + cb[s]
+                    end_x[idx] = end
+                    woken = waiters.pop(idx + SM, None)
+                else:
+                    raise _Malformed
+                append((r, a, start, end))
+                t0 = end
+                i += 1
+                if woken:
+                    stack.extend(woken)
+            ptr[r] = i
+            free[r] = t0
+    except (_Malformed, TypeError, ValueError, IndexError) as exc:
+        check_structure(schedule)
+        raise ValueError(f"malformed schedule {schedule.name!r}: {exc!r}") from exc
+    if None in end_f or None in end_x or n_i != n_w:
+        check_structure(schedule)
+    stuck = {r: (actions[r][ptr[r]], waiting_on.get(r, "?")) for r in range(P)
+             if ptr[r] < len(actions[r])}
+    if stuck:
+        check_structure(schedule)
+        raise ValueError(describe_deadlock(schedule, stuck))
+    return timeline, cross
+
+
+class _Malformed(Exception):
+    """Internal: the fast path met a structural error; the full check names it."""
+
+
+def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, transfer, cf, cb,
+                  overlap, waiters, waiting_on):
+    """One overlapped F&B pair: it starts when the rank is free and both halves' inputs have
+    arrived, and both halves end together after ``overlap`` (default: F's time + B's time).
+    Returns ``(start, end, woken ranks, cross-rank edges)`` or ``None`` if it must wait."""
+    (sf, kf, mf), (sb, kb, mb) = a
+    if kf != "F" or kb != "B" or not (0 <= mf < M and 0 <= mb < M):
+        raise _Malformed
+    hf = home if mf < half else mirror
+    hb = home if mb < half else mirror
+    if hf[sf] != r or hb[sb] != r:
+        raise _Malformed
+    fi, bi = sf * M + mf, sb * M + mb
+    if end_f[fi] is not None or end_x[bi] is not None:
+        raise _Malformed
+    start, cross = t0, 0
+    if sf:
+        d = end_f[fi - M]
+        if d is None:
+            waiters.setdefault(fi - M, []).append(r)
+            waiting_on[r] = f"{sf - 1}F{mf}"
+            return None
+        if hf[sf - 1] != r:
+            d, cross = d + transfer, cross + 1
+        if d > start:
+            start = d
+    d = end_f[bi]
+    if d is None:
+        waiters.setdefault(bi, []).append(r)
+        waiting_on[r] = f"{sb}F{mb}"
+        return None
+    if d > start:
+        start = d
+    if sb < last:
+        d = end_x[bi + M]
+        if d is None:
+            waiters.setdefault(bi + M + SM, []).append(r)
+            waiting_on[r] = f"the input gradient of stage {sb + 1} ({sb + 1}B{mb})"
+            return None
+        if hb[sb + 1] != r:
+            d, cross = d + transfer, cross + 1
+        if d > start:
+            start = d
+    end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
+    end_f[fi] = end
+    end_x[bi] = end
+    woken = waiters.pop(fi, None)
+    other = waiters.pop(bi + SM, None)
+    if other:
+        woken = other if woken is None else woken + other
+    return start, end, woken, cross
+
+
+@dataclass
+class SimResult(ActivationMemory):
+    """Outcome of :func:`simulate`. Times are in the units of the costs given.
+
+    * ``timeline``: ``(rank, action, start, end)`` for every operation;
+    * ``makespan``: end of the last operation;
+    * ``busy[r]``, ``idle[r] = makespan - busy[r]``;
+    * ``bubble_fraction = 1 - sum(busy) / (P * makespan)``: idle share of total rank-time;
+    * ``bubble_ratio = sum(idle) / sum(busy)``: bubble time relative to ideal compute time;
+    * ``peak_inflight[r]``: the largest number of (stage, microbatch) activation sets rank r holds
+      at once. A set is acquired when its F **starts** and released when its last backward piece
+      **ends** (B; or W when the backward is split, since W still reads the stored input);
+      releases at an instant are counted before acquisitions at the same instant. With
+      interleaving a set is one chunk's activations (1/v of the rank's layers).
+    * ``activation_bytes_over_time(rank, stage_bytes, input_bytes)`` and
+      ``peak_activation_bytes(...)``: the same sets weighted in bytes; with ``recompute`` a set
+      keeps only the stage's input and a rank also holds one stage's activations while a
+      backward re-materialises them (Huang et al. 2019, sec. 2.3: O(N + (L/K)(N/M))).
+    * ``p2p_messages``, ``p2p_bytes``: cross-rank transfers (activations forward, gradients
+      backward), ``activation_bytes`` each.
+    """
+
+    schedule: Schedule
+    timeline: list[tuple[int, Action, Time, Time]]
+    makespan: Time
+    busy: list[Time]
+    p2p_messages: int
+    p2p_bytes: int | float
+    recompute: bool = False
+    _inflight_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def ranks(self) -> int:
+        return self.schedule.ranks
+
+    @property
+    def idle(self) -> list[Time]:
+        return [self.makespan - b for b in self.busy]
+
+    @property
+    def bubble_fraction(self) -> Time:
+        total = self.makespan * self.ranks
+        if total == 0:
+            return 0
+        return 1 - _ratio(sum(self.busy), total)
+
+    @property
+    def bubble_ratio(self) -> Time:
+        busy = sum(self.busy)
+        if busy == 0:
+            return 0
+        return _ratio(self.makespan * self.ranks - busy, busy)
+
+    def rank_timeline(self, rank: int) -> list[tuple[Action, Time, Time]]:
+        """Rank ``rank``'s operations as ``(action, start, end)`` sorted by start."""
+        rows = [(a, s, e) for r, a, s, e in self.timeline if r == rank]
+        rows.sort(key=lambda x: x[1])
+        return rows
+
+
+def simulate(
+    schedule: Schedule,
+    t_f: Time | Sequence[Time] = 1.0,
+    t_b: Time | Sequence[Time] = 2.0,
+    t_w: Time | Sequence[Time] = 0,
+    p2p_latency: Time = 0,
+    p2p_bandwidth: Time | None = None,
+    activation_bytes: int = 0,
+    overlap: Time | None = None,
+    recompute: bool = False,
+) -> SimResult:
+    """Simulate ``schedule``: every rank runs its actions in order, each as soon as its
+    dependencies (plus the transfer time when they come from another rank) and its rank allow.
+
+    ``t_f``, ``t_b``, ``t_w``: per-stage (per model chunk) times of F, I (input gradient) and W
+    (weight gradient); B costs ``t_b + t_w``. ``p2p_latency`` (time) and ``p2p_bandwidth``
+    (bytes per time unit; ``None`` means infinite) with ``activation_bytes`` per message give the
+    transfer time ``p2p_latency + activation_bytes / p2p_bandwidth`` between ranks. Pass ints or
+    Fractions for exact results. ``overlap`` is the time of one overlapped F&B pair
+    (:class:`~tpp.pipeline.ir.Overlap`); ``None`` charges F's time plus B's time (no gain).
+    ``recompute=True``: every backward (B or I) re-runs its stage's forward first, ``t_f``
+    more (GPipe's re-materialisation, Huang et al. 2019, sec. 2.3; see the module docstring).
+    Raises ``ValueError`` on an invalid schedule (see :func:`tpp.pipeline.validate`).
+    """
+    if overlap is not None and (not isinstance(overlap, Real) or isinstance(overlap, bool)
+                                or overlap < 0):
+        raise ValueError(f"overlap must be a non-negative number or None (got {overlap!r})")
+    for name, x in (("p2p_latency", p2p_latency), ("activation_bytes", activation_bytes)):
+        if not isinstance(x, Real) or isinstance(x, bool) or x < 0:
+            raise ValueError(f"{name} must be a non-negative number (got {x!r})")
+    transfer: Time = p2p_latency if p2p_latency != 0 else 0
+    if p2p_bandwidth is not None:
+        if not isinstance(p2p_bandwidth, Real) or not p2p_bandwidth > 0:
+            raise ValueError(
+                f"p2p_bandwidth must be > 0 bytes per time unit (got {p2p_bandwidth!r}): "
+                f"use None for an infinitely fast link"
+            )
+        transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
+    with no_gc():
+        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap,
+                                           recompute=bool(recompute))
+    P = schedule.ranks
+    zero = 0 * transfer
+    busy: list[Time] = [zero] * P
+    makespan: Time = zero
+    for r, _a, s, e in timeline:
+        busy[r] = busy[r] + (e - s)
+        if e > makespan:
+            makespan = e
+    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
+                     recompute=bool(recompute))

@@ -1,0 +1,163 @@
+"""V-shaped placements: two chunks per rank, stage r and stage 2P - 1 - r on rank r, so that a
+microbatch goes down the ranks and back up (Qi et al. 2024, sec. 6, "ZB-V"). The first and the
+last stage share rank 0, which computes the loss and immediately starts the backward.
+
+* ``zbv``: PyTorch 2.13's ``ScheduleZBVZeroBubble`` order (zero bubble when t_F = t_B = t_W);
+* ``dualpipev``: PyTorch's ``ScheduleDualPipeV`` (DeepSeek's DualPipe cut in half): overlapped
+  F&B pairs of the two chunks in the steady state;
+* ``zb-h2``: ZB-H2 (Qi et al. 2024, sec. 2.2): one stage per rank, more warm-up forwards
+  (``2 (P - r) - 1`` on rank r) to fill the wait for the first input gradient, then I, W, F.
+"""
+
+from __future__ import annotations
+
+from tpp.pipeline.ir import Action, Overlap, Schedule, Step
+
+
+def v_stage_ranks(P: int) -> tuple[int, ...]:
+    """Rank of each of the 2P stages in a V: ``0, 1, ..., P-1, P-1, ..., 1, 0``."""
+    return tuple(range(P)) + tuple(reversed(range(P)))
+
+
+def _check_v(name: str, ranks: int, microbatches: int, virtual: int) -> None:
+    from tpp.pipeline.builders import check_common
+
+    check_common(name, ranks, microbatches, virtual)
+    if virtual != 2:
+        raise ValueError(f"{name} places exactly two chunks per rank in a V: use virtual=2 "
+                         f"(got {virtual})")
+
+
+def zbv(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
+    """ZB-V in ``ScheduleZBVZeroBubble``'s order. Rank r: ``2 (P - r) - 1`` forwards of chunk 0,
+    r pairs (F chunk 1, F chunk 0), P - r triples (F, I, W of chunk 1), the steady state
+    (F, I, W of chunk 0 then of chunk 1), a cool-down of I's and the remaining W's. Built for
+    ``max(M, 2P - 1)`` microbatches; the actions of microbatches >= M are dropped."""
+    _check_v("zbv", ranks, microbatches, virtual)
+    P, M = ranks, microbatches
+    n = max(2 * P - 1, M)
+    rows: list[list[Step]] = []
+    for r in range(P):
+        c0, c1 = r, 2 * P - 1 - r
+        f0 = f1 = b0 = b1 = 0
+        ops: list[Action] = []
+        for _ in range(2 * (P - r) - 1):
+            ops.append(Action(c0, "F", f0))
+            f0 += 1
+        for _ in range(r):
+            ops += [Action(c1, "F", f1), Action(c0, "F", f0)]
+            f1, f0 = f1 + 1, f0 + 1
+        for _ in range(P - r):
+            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            f1, b1 = f1 + 1, b1 + 1
+        while f1 < f0 or f0 < n:
+            if f0 < n:
+                ops.append(Action(c0, "F", f0))
+                f0 += 1
+            ops += [Action(c0, "I", b0), Action(c0, "W", b0)]
+            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            b0, f1, b1 = b0 + 1, f1 + 1, b1 + 1
+        w0, w1 = b0, b1
+        for _ in range(r):
+            ops += [Action(c0, "I", b0), Action(c1, "I", b1)]
+            b0, b1 = b0 + 1, b1 + 1
+        for _ in range(P - r):
+            ops += [Action(c0, "I", b0), Action(c0, "W", w0)]
+            b0, w0 = b0 + 1, w0 + 1
+        ops += [Action(c1, "W", m) for m in range(w1, b1)]
+        ops += [Action(c0, "W", m) for m in range(w0, b0)]
+        rows.append([a for a in ops if a.microbatch < M])
+    return Schedule("zbv", P, M, 2, rows, stage_ranks=v_stage_ranks(P))
+
+
+def dualpipev(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
+    """DualPipeV in ``ScheduleDualPipeV``'s order (needs M >= 2P). Rank r with chunks
+    c0 = r, c1 = 2P - 1 - r runs DeepSeek's eight steps: warm-up forwards of c0, forwards of both
+    chunks, zero-bubble backwards of c1 (I now, W later), the main loop of overlapped pairs
+    (F c0 & B c1, F c1 & B c0; the bottom rank's first pair not overlapped), B c1 with a pair,
+    backwards of both chunks switching to I/W half-way, and the remaining W's."""
+    _check_v("dualpipev", ranks, microbatches, virtual)
+    P, M = ranks, microbatches
+    if M < 2 * P:
+        raise ValueError(f"dualpipev needs at least as many microbatches as stages, M >= 2P = "
+                         f"{2 * P} (got M={M}): use M={2 * P} or fewer ranks")
+    rows: list[list[Step]] = []
+    for r in range(P):
+        c0, c1 = r, 2 * P - 1 - r
+        nf = {c0: 0, c1: 0}
+        nb = {c0: 0, c1: 0}
+        wq: list[Action] = []
+        row: list[Step] = []
+
+        def f(c: int, nf: dict = nf) -> Action:
+            nf[c] += 1
+            return Action(c, "F", nf[c] - 1)
+
+        def b(c: int, split: bool = False, nb: dict = nb, wq: list = wq) -> Action:
+            nb[c] += 1
+            if split:
+                wq.append(Action(c, "W", nb[c] - 1))
+                return Action(c, "I", nb[c] - 1)
+            return Action(c, "B", nb[c] - 1)
+
+        def w(row: list = row, wq: list = wq) -> None:
+            if wq:
+                row.append(wq.pop(0))
+
+        row.extend(f(c0) for _ in range(2 * (P - r - 1)))           # 1
+        for _ in range(r + 1):                                      # 2
+            row += [f(c0), f(c1)]
+        for _ in range(P - r - 1):                                  # 3
+            row.append(b(c1, split=True))
+            w()
+            row.append(f(c1))
+        for i in range(M - 2 * P + r + 1):                          # 4
+            if i == 0 and r == P - 1:
+                row += [f(c0), b(c1)]
+            else:
+                row.append(Overlap(f(c0), b(c1)))
+            row.append(Overlap(f(c1), b(c0)))
+        for _ in range(P - r - 1):                                  # 5
+            row.append(b(c1))
+            row.append(Overlap(f(c1), b(c0)))
+        split = False
+        for i in range(r + 1):                                      # 6
+            if i == (r + 1) // 2 and r % 2 == 1:
+                split = True
+            row.append(b(c1, split))
+            if i == (r + 1) // 2 and r % 2 == 0:
+                split = True
+            row.append(b(c0, split))
+        for _ in range(P - r - 1):                                  # 7
+            w()
+            row.append(b(c0, split))
+        for _ in range(r + 1):                                      # 8
+            w()
+        rows.append(row)
+    return Schedule("dualpipev", P, M, 2, rows, stage_ranks=v_stage_ranks(P))
+
+
+def zb_h2(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
+    """ZB-H2 (Qi et al. 2024, sec. 2.2): rank r runs ``min(2 (P - r) - 1, M)`` warm-up forwards
+    (they fill the wait for its first input gradient, at the price of up to 2P - 1 activation
+    sets on rank 0), then repeats I(k), W (deferred by 2r microbatches), F(next); the deferred
+    W's fill the tail while the last input gradients climb to rank 0."""
+    from tpp.pipeline.builders import check_common
+
+    check_common("zb-h2", ranks, microbatches, virtual)
+    P, M = ranks, microbatches
+    rows = []
+    for r in range(P):
+        warm = min(2 * (P - r) - 1, M)
+        row = [Action(r, "F", m) for m in range(warm)]
+        n_w = 0
+        for k in range(M):
+            row.append(Action(r, "I", k))
+            if k >= 2 * r:
+                row.append(Action(r, "W", n_w))
+                n_w += 1
+            if warm + k < M:
+                row.append(Action(r, "F", warm + k))
+        row += [Action(r, "W", m) for m in range(n_w, M)]
+        rows.append(row)
+    return Schedule("zb-h2", P, M, 1, rows)

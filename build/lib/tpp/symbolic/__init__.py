@@ -1,0 +1,1 @@
+"""SymPy derivations that the chapters display and the tests assert, one module per topic."""
