@@ -70,7 +70,9 @@ pdf: $(BOOK_STAMP)
 	TPP_REQUIRE_TORCH=1 $(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
 	$(BIN)/python _ext/print_pdf.py _build/singlehtml/intro.html _build/pdf/book.pdf
 
-## The whole test suite: library, grader, notebooks (chapters and solutions run top to bottom), site.
+## The whole test suite: library, grader, notebooks (solutions run top to bottom; a chapter is
+## checked from the book build's execution in _build/.jupyter_cache when that is current, and
+## run top to bottom otherwise: tests/nbcache.py), site.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 tests chapters solutions
 

@@ -11,3 +11,7 @@ from pathlib import Path
 
 os.environ.setdefault("TPP_STATIC", "1")
 os.environ.setdefault("IPYTHONDIR", str(Path(__file__).resolve().parent / ".ipython"))
+
+# Chapters: `make test` checks the book build's execution (jupyter-cache) when it is current
+# instead of running them again (tests/nbcache.py).
+pytest_plugins = ["tests.nbcache"]

@@ -4,7 +4,6 @@ list-of-arrays API, rendezvous errors are raised (never hang), and bad input say
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -112,23 +111,26 @@ def test_a_rank_that_skips_a_collective_times_out_instead_of_hanging():
             comm.all_reduce(np.ones(2))
         return comm.rank
 
-    t0 = time.monotonic()
     with pytest.raises(TimeoutError, match=r"waited 0.5 s in all_reduce for rank\(s\) \[2\]"):
         spmd(prog, 3, timeout=0.5)
-    assert time.monotonic() - t0 < 10
 
 
 def test_a_failing_rank_releases_the_others_and_its_error_is_raised():
+    seen: list[type] = []  # what interrupted the waiting ranks: a release, not their timeout
+
     def prog(*, comm):
         if comm.rank == 0:
             raise KeyError("rank 0 broke")
-        comm.all_reduce(np.ones(2))
+        try:
+            comm.all_reduce(np.ones(2))
+        except BaseException as exc:
+            seen.append(type(exc))
+            raise
         return comm.rank
 
-    t0 = time.monotonic()
     with pytest.raises(KeyError, match="rank 0 broke"):
         spmd(prog, 4, timeout=30)
-    assert time.monotonic() - t0 < 10       # the waiting ranks were released, not timed out
+    assert len(seen) == 3 and not any(issubclass(t, TimeoutError) for t in seen), seen
 
 
 def test_shape_errors_reach_every_rank():

@@ -29,8 +29,11 @@ change.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
+from operator import add
 
 from tpp.pipeline.ir import Action, Schedule, no_gc
+from tpp.pipeline.looped import _actions, _interleave
 
 SCHEDULES: tuple[str, ...] = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "looped-bfs",
                               "zb1p", "zb-h2", "zbv", "dualpipev", "dualpipe")
@@ -121,18 +124,17 @@ def interleaved(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     # k-th chunk-op of a rank: local chunk (k mod P v) // P, microbatch (k // P v) P + k mod P
     chunk_of = [(k % group) // P for k in range(total)]
     mb_of = [(k // group) * P + k % P for k in range(total)]
+    fwd_base = [c * P for c in chunk_of]
+    bwd_base = [(v - 1 - c) * P for c in chunk_of]
     rows = []
     with no_gc():
         for r in range(P):
-            fwd = [Action(c * P + r, "F", m) for c, m in zip(chunk_of, mb_of, strict=True)]
-            bwd = [Action((v - 1 - c) * P + r, "B", m)
-                   for c, m in zip(chunk_of, mb_of, strict=True)]
+            fwd = _actions(list(map(add, fwd_base, repeat(r))), "F", mb_of)
+            bwd = _actions(list(map(add, bwd_base, repeat(r))), "B", mb_of)
             warm = min(2 * (P - r - 1) + (v - 1) * P, total)
             row = fwd[:warm]
-            for k in range(total - warm):
-                row.append(fwd[warm + k])
-                row.append(bwd[k])
-            row.extend(bwd[total - warm:])
+            row += _interleave(fwd[warm:], bwd[:total - warm])
+            row += bwd[total - warm:]
             rows.append(row)
     return Schedule("interleaved", P, M, v, rows)
 

@@ -15,8 +15,8 @@ a multiple of the number of rounds ``max(1, M // P)``).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
+from itertools import repeat
 
 from tpp.pipeline.ir import Action, Schedule
 
@@ -40,44 +40,52 @@ def one_f_one_b_ops(P: int, v: int, M: int, r: int, warmup: int, per_round: int,
     """Rank r's order: ``warmup`` chunk-forwards, then one forward and one backward (and, with
     ``zero_bubble``, one W once r backwards have run), then the remaining backwards (and W's).
     Forward k visits local chunk ``(k // per_round) mod v``; backward k (counted from the end of
-    the warm-up) visits the chunks in reverse."""
+    the warm-up) visits the chunks in reverse.
+
+    Each chunk sees its microbatches in order, so forward k is microbatch
+    ``(k // (v P')) P' + k mod P'`` (P' = ``per_round``), backward k likewise, and the j-th W
+    repeats the j-th backward's stage and microbatch; the row is then cut from these three
+    sequences with slices (no per-action bookkeeping)."""
     total = v * M
-
-    def fwd_stage(k: int) -> int:
-        return ((k // per_round) % v) * P + r
-
-    def bwd_stage(k: int) -> int:
-        return (v - 1 - ((k - warmup) // per_round) % v) * P + r
-
-    nxt: dict[str, defaultdict[int, int]] = {k: defaultdict(int) for k in "FBW"}
-
-    def take(kind: str, stage: int) -> int:
-        m = nxt[kind][stage]
-        nxt[kind][stage] = m + 1
-        return m
-
-    back = "I" if zero_bubble else "B"
-    ops: list[Action] = []
-    bwd_ids: list[int] = []
-    n_w = 0
-    for k in range(total + warmup):  # warm-up, steady (F + B), cool-down (B only)
-        if k < total:
-            s = fwd_stage(k)
-            ops.append(Action(s, "F", take("F", s)))
-        if k < warmup:
-            continue
-        s = bwd_stage(k)
-        ops.append(Action(s, back, take("B", s)))
-        bwd_ids.append(k)
-        if zero_bubble and k - warmup >= r:
-            s = bwd_stage(bwd_ids[n_w])
-            ops.append(Action(s, "W", take("W", s)))
-            n_w += 1
-    while zero_bubble and n_w < len(bwd_ids):
-        s = bwd_stage(bwd_ids[n_w])
-        ops.append(Action(s, "W", take("W", s)))
-        n_w += 1
+    fwd_stage = [((k // per_round) % v) * P + r for k in range(total)]
+    bwd_stage = [(v - 1 - (k // per_round) % v) * P + r for k in range(total)]
+    mb = [(k // (per_round * v)) * per_round + k % per_round for k in range(total)]
+    f = _actions(fwd_stage, "F", mb)
+    back = _actions(bwd_stage, "I" if zero_bubble else "B", mb)
+    steady = total - warmup  # backwards that run beside a forward
+    ops: list[Action] = f[:warmup]
+    if not zero_bubble:
+        ops += _interleave(f[warmup:], back[:steady])
+        ops += back[steady:]
+        return ops
+    w = _actions(bwd_stage, "W", mb)
+    lag = min(r, steady)
+    ops += _interleave(f[warmup:warmup + lag], back[:lag])
+    ops += _interleave(f[warmup + lag:], back[lag:steady], w[:steady - lag])
+    lag = min(max(r, steady), total)  # cool-down: backwards alone until r have run, then
+    ops += back[steady:lag]           # one backward and one W
+    if lag < total:
+        ops += _interleave(back[lag:], w[lag - r:total - r])
+    ops += w[max(0, total - r):]
     return ops
+
+
+_new_tuple = tuple.__new__
+
+
+def _actions(stages: list[int], kind: str, microbatches: list[int]) -> list[Action]:
+    """``[Action(s, kind, m) for s, m in zip(stages, microbatches)]``, built without a Python
+    call per action."""
+    return list(map(_new_tuple, repeat(Action), zip(stages, repeat(kind), microbatches)))
+
+
+def _interleave(*seqs: list[Action]) -> list[Action]:
+    """``a0, b0, c0, a1, b1, c1, ...`` from equally long lists."""
+    out: list[Action] = [None] * sum(map(len, seqs))  # type: ignore[list-item]
+    n = len(seqs)
+    for j, seq in enumerate(seqs):
+        out[j::n] = seq
+    return out
 
 
 def _build(name: str, P: int, M: int, v: int, warm: Callable[[int, int], int],

@@ -79,6 +79,17 @@ def run_dependencies(
     and reported by :func:`~tpp.pipeline.validate.check_structure`'s precise diagnosis; a deadlock
     raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
     input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
+    timeline, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)
+    return timeline, cross
+
+
+def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
+    """:func:`run_dependencies` plus ``busy[r]``, the sum of ``end - start`` over rank r's
+    operations in its order (what :func:`simulate` reports), accumulated in the same pass, and
+    ``free[r]``, the end of rank r's last operation.
+
+    One pass over the actions; every action is looked up by ``s * M + m`` in flat lists, and
+    ``wait[j]`` holds the ranks blocked on event j (F of j < SM, input gradient of j - SM)."""
     P, M, S = schedule.ranks, schedule.microbatches, schedule.stages
     if not (isinstance(P, int) and isinstance(M, int) and S >= 1 and M >= 1
             and len(schedule.actions) == P):
@@ -93,11 +104,13 @@ def run_dependencies(
     end_f: list[Time | None] = [None] * SM
     end_x: list[Time | None] = [None] * SM  # input gradient of (s, m) done: B or I
     done_w = [False] * SM
+    wait: list[list[int] | None] = [None] * (2 * SM)
     n_i = n_w = 0
-    waiters: dict[int, list[int]] = {}
     waiting_on: dict[int, str] = {}
     ptr = [0] * P
-    free: list[Time] = [0 * cf[0]] * P
+    zero = 0 * cf[0]
+    free: list[Time] = [zero] * P
+    busy: list[Time] = [0 * transfer] * P
     timeline: list[tuple[int, Action, Time, Time]] = []
     append = timeline.append
     cross = 0
@@ -107,25 +120,28 @@ def run_dependencies(
     home, mirror = home + [-1], mirror + [-1]  # rank of each stage; -1 past the last stage
     half = M if schedule.mirrored_from is None else schedule.mirrored_from
     last = S - 1
+    overlap_t = Overlap
+    has_overlap = [overlap_t in map(type, row) for row in actions]  # else no check per action
     try:
         while stack:
             r = stack.pop()
             row = actions[r]
             n = len(row)
-            i = ptr[r]
             t0 = free[r]
-            while i < n:
+            b = busy[r]
+            ov = has_overlap[r]
+            for i in range(ptr[r], n):
                 a = row[i]
-                if type(a) is Overlap:
+                if ov and type(a) is overlap_t:
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
-                                        end_x, transfer, cf, cb, overlap, waiters, waiting_on)
+                                        end_x, transfer, cf, cb, overlap, wait, waiting_on)
                     if got is None:
                         break
                     start, end, woken, n_cross = got
                     cross += n_cross
                     append((r, a, start, end))
+                    b = b + (end - start)
                     t0 = end
-                    i += 1
                     if woken:
                         stack.extend(woken)
                     continue
@@ -141,8 +157,12 @@ def run_dependencies(
                     if s:
                         d = end_f[idx - M]
                         if d is None:
-                            waiters.setdefault(idx - M, []).append(r)
-                            waiting_on[r] = f"{s - 1}F{m}"
+                            w = wait[idx - M]
+                            if w is None:
+                                wait[idx - M] = [r]
+                            else:
+                                w.append(r)
+                            waiting_on[r] = (s - 1, "F", m)
                             break
                         if hm[s - 1] != r:
                             d = d + transfer
@@ -151,14 +171,14 @@ def run_dependencies(
                             start = d
                     end = start + cf[s]
                     end_f[idx] = end
-                    woken = waiters.pop(idx, None)
+                    woken = wait[idx]
                 elif k == "W":
                     if done_w[idx]:
                         raise _Malformed
                     d = end_x[idx]
                     if d is None:
-                        waiters.setdefault(idx + SM, []).append(r)
-                        waiting_on[r] = f"{s}I{m}"
+                        _block(wait, idx + SM, r)
+                        waiting_on[r] = (s, "I", m)
                         break
                     if d > start:
                         start = d
@@ -171,17 +191,24 @@ def run_dependencies(
                         raise _Malformed
                     d = end_f[idx]
                     if d is None:
-                        waiters.setdefault(idx, []).append(r)
-                        waiting_on[r] = f"{s}F{m}"
+                        w = wait[idx]
+                        if w is None:
+                            wait[idx] = [r]
+                        else:
+                            w.append(r)
+                        waiting_on[r] = (s, "F", m)
                         break
                     if d > start:
                         start = d
                     if s < last:
                         d = end_x[idx + M]
                         if d is None:
-                            waiters.setdefault(idx + M + SM, []).append(r)
-                            waiting_on[r] = (f"the input gradient of stage {s + 1} "
-                                             f"({s + 1}B{m} or {s + 1}I{m})")
+                            w = wait[idx + M + SM]
+                            if w is None:
+                                wait[idx + M + SM] = [r]
+                            else:
+                                w.append(r)
+                            waiting_on[r] = (s + 1, "X", m)
                             break
                         if hm[s + 1] != r:
                             d = d + transfer
@@ -194,27 +221,50 @@ def run_dependencies(
                     else:
                         end = start + cb[s]
                     end_x[idx] = end
-                    woken = waiters.pop(idx + SM, None)
+                    woken = wait[idx + SM]
                 else:
                     raise _Malformed
                 append((r, a, start, end))
+                b = b + (end - start)
                 t0 = end
-                i += 1
-                if woken:
+                if woken:  # an event completes once: its list is never read again
                     stack.extend(woken)
+            else:
+                i = n
             ptr[r] = i
             free[r] = t0
+            busy[r] = b
     except (_Malformed, TypeError, ValueError, IndexError) as exc:
         check_structure(schedule)
         raise ValueError(f"malformed schedule {schedule.name!r}: {exc!r}") from exc
     if None in end_f or None in end_x or n_i != n_w:
         check_structure(schedule)
-    stuck = {r: (actions[r][ptr[r]], waiting_on.get(r, "?")) for r in range(P)
+    stuck = {r: (actions[r][ptr[r]], _waits_for(waiting_on.get(r))) for r in range(P)
              if ptr[r] < len(actions[r])}
     if stuck:
         check_structure(schedule)
         raise ValueError(describe_deadlock(schedule, stuck))
-    return timeline, cross
+    return timeline, cross, busy, free
+
+
+def _waits_for(event: tuple[int, str, int] | str | None) -> str:
+    """The event a stuck rank waits for, in words (``X``: the input gradient, B or I)."""
+    if event is None:
+        return "?"
+    if isinstance(event, str):
+        return event
+    s, k, m = event
+    if k == "X":
+        return f"the input gradient of stage {s} ({s}B{m} or {s}I{m})"
+    return f"{s}{k}{m}"
+
+
+def _block(wait: list, j: int, r: int) -> None:
+    """Rank r waits for event j (woken, in blocking order, when j completes)."""
+    if wait[j] is None:
+        wait[j] = [r]
+    else:
+        wait[j].append(r)
 
 
 class _Malformed(Exception):
@@ -222,7 +272,7 @@ class _Malformed(Exception):
 
 
 def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, transfer, cf, cb,
-                  overlap, waiters, waiting_on):
+                  overlap, wait, waiting_on):
     """One overlapped F&B pair: it starts when the rank is free and both halves' inputs have
     arrived, and both halves end together after ``overlap`` (default: F's time + B's time).
     Returns ``(start, end, woken ranks, cross-rank edges)`` or ``None`` if it must wait."""
@@ -240,7 +290,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     if sf:
         d = end_f[fi - M]
         if d is None:
-            waiters.setdefault(fi - M, []).append(r)
+            _block(wait, fi - M, r)
             waiting_on[r] = f"{sf - 1}F{mf}"
             return None
         if hf[sf - 1] != r:
@@ -249,7 +299,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             start = d
     d = end_f[bi]
     if d is None:
-        waiters.setdefault(bi, []).append(r)
+        _block(wait, bi, r)
         waiting_on[r] = f"{sb}F{mb}"
         return None
     if d > start:
@@ -257,7 +307,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     if sb < last:
         d = end_x[bi + M]
         if d is None:
-            waiters.setdefault(bi + M + SM, []).append(r)
+            _block(wait, bi + M + SM, r)
             waiting_on[r] = f"the input gradient of stage {sb + 1} ({sb + 1}B{mb})"
             return None
         if hb[sb + 1] != r:
@@ -267,8 +317,8 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
     end_f[fi] = end
     end_x[bi] = end
-    woken = waiters.pop(fi, None)
-    other = waiters.pop(bi + SM, None)
+    woken, other = wait[fi], wait[bi + SM]
+    wait[fi] = wait[bi + SM] = None
     if other:
         woken = other if woken is None else woken + other
     return start, end, woken, cross
@@ -373,15 +423,11 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross = run_dependencies(schedule, t_f, t_b, t_w, transfer, overlap,
-                                           recompute=bool(recompute))
-    P = schedule.ranks
-    zero = 0 * transfer
-    busy: list[Time] = [zero] * P
-    makespan: Time = zero
-    for r, _a, s, e in timeline:
-        busy[r] = busy[r] + (e - s)
-        if e > makespan:
-            makespan = e
+        timeline, cross, busy, free = _run(schedule, t_f, t_b, t_w, transfer, overlap,
+                                           bool(recompute))
+    makespan: Time = 0 * transfer  # the last end: each rank's ends never decrease
+    for t in free:
+        if t > makespan:
+            makespan = t
     return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
                      recompute=bool(recompute))

@@ -11,7 +11,11 @@ last stage share rank 0, which computes the loss and immediately starts the back
 
 from __future__ import annotations
 
+from collections import deque
+
 from tpp.pipeline.ir import Action, Overlap, Schedule, Step
+
+_new = tuple.__new__  # Action(...) without the Python-level __new__ of a NamedTuple
 
 
 def v_stage_ranks(P: int) -> tuple[int, ...]:
@@ -86,23 +90,25 @@ def dualpipev(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
         c0, c1 = r, 2 * P - 1 - r
         nf = {c0: 0, c1: 0}
         nb = {c0: 0, c1: 0}
-        wq: list[Action] = []
+        wq: deque[Action] = deque()  # deferred W's, oldest first
         row: list[Step] = []
 
         def f(c: int, nf: dict = nf) -> Action:
-            nf[c] += 1
-            return Action(c, "F", nf[c] - 1)
+            m = nf[c]
+            nf[c] = m + 1
+            return _new(Action, (c, "F", m))
 
-        def b(c: int, split: bool = False, nb: dict = nb, wq: list = wq) -> Action:
-            nb[c] += 1
+        def b(c: int, split: bool = False, nb: dict = nb, wq: deque = wq) -> Action:
+            m = nb[c]
+            nb[c] = m + 1
             if split:
-                wq.append(Action(c, "W", nb[c] - 1))
-                return Action(c, "I", nb[c] - 1)
-            return Action(c, "B", nb[c] - 1)
+                wq.append(_new(Action, (c, "W", m)))
+                return _new(Action, (c, "I", m))
+            return _new(Action, (c, "B", m))
 
-        def w(row: list = row, wq: list = wq) -> None:
+        def w(row: list = row, wq: deque = wq) -> None:
             if wq:
-                row.append(wq.pop(0))
+                row.append(wq.popleft())
 
         row.extend(f(c0) for _ in range(2 * (P - r - 1)))           # 1
         for _ in range(r + 1):                                      # 2
@@ -115,11 +121,11 @@ def dualpipev(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
             if i == 0 and r == P - 1:
                 row += [f(c0), b(c1)]
             else:
-                row.append(Overlap(f(c0), b(c1)))
-            row.append(Overlap(f(c1), b(c0)))
+                row.append(_new(Overlap, (f(c0), b(c1))))
+            row.append(_new(Overlap, (f(c1), b(c0))))
         for _ in range(P - r - 1):                                  # 5
             row.append(b(c1))
-            row.append(Overlap(f(c1), b(c0)))
+            row.append(_new(Overlap, (f(c1), b(c0))))
         split = False
         for i in range(r + 1):                                      # 6
             if i == (r + 1) // 2 and r % 2 == 1:
