@@ -51,6 +51,16 @@ WEIGHT_KEYS = ("ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w1",
 RECOMPUTE = ("none", "selective", "full")
 
 
+def tp_group(group: ProcessGroup | None, tp: int, sequence_parallel: bool) -> ProcessGroup:
+    """The block's TP group: `group` if given (it must have `tp` ranks), else a new one."""
+    if group is None:
+        return ProcessGroup(tp, name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
+    if group.size != tp:
+        raise ValueError(f"group has size {group.size} but TP={tp}: pass a ProcessGroup of "
+                         f"size {tp}")
+    return group
+
+
 def init_block_weights(d: int, n_heads: int, n_kv_heads: int | None = None,
                        d_ff: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float64 weights of one layer (``d_ff`` defaults to 4d, as in the paper)."""
@@ -167,12 +177,7 @@ class ShardedTransformerBlock:
         check_divisible(self.d_ff, tp, "d_ff")
         self.tp, self.sp, self.recompute, self.regather = tp, sequence_parallel, recompute, regather
         self.p, self.seed, self.layer, self.eps = _check_p(dropout_p), seed, layer, eps
-        if group is None:
-            group = ProcessGroup(tp, name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
-        elif group.size != tp:
-            raise ValueError(f"group has size {group.size} but TP={tp}: pass a ProcessGroup of "
-                             f"size {tp}")
-        self.group = group
+        self.group = tp_group(group, tp, sequence_parallel)
         self.attn = ShardedAttention(
             self.w["wq"], self.w["wk"], self.w["wv"], self.w["wo"], tp, n_heads, n_kv,
             causal=causal, replicate_kv=replicate_kv, group=group, dropout_p=self.p, seed=seed,

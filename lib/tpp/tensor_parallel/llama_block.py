@@ -32,7 +32,7 @@ from tpp.collectives import ProcessGroup, spmd
 
 from .activations import gelu, gelu_grad, silu, silu_grad
 from .attention import Attention, ShardedAttention, attention_split, init_attention_weights
-from .block import ShardedTransformerBlock
+from .block import RECOMPUTE, ShardedTransformerBlock, tp_group
 from .dropout import dropout_backward, dropout_forward, dropout_mask
 from .flash_attention import flash_partial_backward, flash_partial_forward
 from .layernorm import layernorm_backward, layernorm_forward
@@ -192,20 +192,15 @@ class ShardedLlamaBlock(_Norms, ShardedTransformerBlock):
         _check_choice(mlp, attention, norm)
         self.mlp_kind, self.attention, self.norm = mlp, attention, norm
         self.w = _check_weights(weights, mlp, norm)
-        if recompute not in ("none", "selective", "full"):
-            raise ValueError(f"recompute={recompute!r}: use one of none, selective, full")
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute={recompute!r}: use one of {', '.join(RECOMPUTE)}")
         n_kv = n_heads if n_kv_heads is None else n_kv_heads
         attention_split(n_heads, n_kv, tp, replicate_kv)
         self.d, self.d_ff = self.w["w1"].shape
         check_divisible(self.d_ff, tp, "d_ff")
         self.tp, self.sp, self.recompute, self.regather = tp, sequence_parallel, recompute, regather
         self.p, self.seed, self.layer, self.eps = _check_p(dropout_p), seed, layer, eps
-        if group is None:
-            group = ProcessGroup(tp, name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
-        elif group.size != tp:
-            raise ValueError(f"group has size {group.size} but TP={tp}: pass a ProcessGroup of "
-                             f"size {tp}")
-        self.group = group
+        self.group = tp_group(group, tp, sequence_parallel)
         self.attn = ShardedAttention(
             self.w["wq"], self.w["wk"], self.w["wv"], self.w["wo"], tp, n_heads, n_kv,
             causal=causal, replicate_kv=replicate_kv, group=group, dropout_p=self.p, seed=seed,
