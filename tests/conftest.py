@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 from types import ModuleType
 
 import pytest
@@ -44,3 +45,26 @@ def bwrap() -> None:
         if os.environ.get("TPP_REQUIRE_SANDBOX") == "1":
             pytest.fail(f"TPP_REQUIRE_SANDBOX=1 but the grader's sandbox cannot run: {why}")
         pytest.skip(f"no OS sandbox here ({why}): apt-get install bubblewrap")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium driven by playwright: skips where either is missing, fails instead when
+    ``TPP_REQUIRE_BROWSER=1`` (CI sets it)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+
+    def missing(why: str) -> None:
+        if os.environ.get("TPP_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+    if chromium is None:
+        missing("chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()

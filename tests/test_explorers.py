@@ -202,21 +202,6 @@ def _explorer_pages() -> list[tuple[str, str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        _require("TPP_REQUIRE_BROWSER", "chromium is not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _require("TPP_REQUIRE_BROWSER", "playwright is not installed (pip install -e '.[dev]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
-
-
 READ = """form => {
   const out = {};
   form.querySelectorAll('output').forEach(o => out[o.name] = o.getAttribute('data-value'));

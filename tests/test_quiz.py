@@ -9,7 +9,6 @@ without chromium or playwright locally; TPP_REQUIRE_BROWSER=1 turns the skip int
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -219,25 +218,6 @@ def test_every_chapter_holds_its_quiz_directive_at_a_section_boundary():
 
 
 # ------------------------------------------------------------------------------ in Chromium
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        if os.environ.get("TPP_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium is not installed (apt-get install chromium)")
-        pytest.skip("chromium is not installed")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if os.environ.get("TPP_REQUIRE_BROWSER") == "1":
-            pytest.fail("playwright is not installed (pip install -e '.[dev]')")
-        pytest.skip("playwright is not installed")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
-
-
 def test_clicking_shows_explanations_and_keeps_the_score_offline_at_390px(built, browser):
     qs = quiz.page_questions("17_serving")
     context = browser.new_context(viewport={"width": 390, "height": 800})

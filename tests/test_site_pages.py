@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -85,21 +84,6 @@ def _require(env: str, why: str) -> None:
     if os.environ.get(env) == "1":
         pytest.fail(why)
     pytest.skip(why)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        _require("TPP_REQUIRE_BROWSER", "chromium is not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _require("TPP_REQUIRE_BROWSER", "playwright is not installed (pip install -e '.[dev]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def inspect_page(browser, url: str) -> dict[str, list[str]]:
