@@ -5,13 +5,13 @@
 ```
 ````
 
-emits ``<form class="tpp-explorer" data-function="tpp.explorers.decode">`` with one labelled
+emits ``<form class="tpp-explorer" data-function="tpp.site.explorers.decode">`` with one labelled
 ``<select>`` per keyword parameter of the function, offering the values of its grid
-(:data:`tpp.explorers.EXPLORERS`), and one ``<output name="ATTR">`` per result. At the end of an
-HTML build the extension writes the data the page looks its numbers up in: the tables
-:func:`tpp.explorers.tables` computes with the library (one small JavaScript file per split of
+(:data:`tpp.site.explorers.EXPLORERS`), and one ``<output name="ATTR">`` per result. At the end
+of an HTML build the extension writes the data the page looks its numbers up in: the tables
+:func:`tpp.site.explorers.tables` computes with the library (one small JavaScript file per split of
 the grid, loaded when the reader selects it, so ``file://`` works: no ``fetch``), and the closed
-forms :func:`tpp.explorers.closed_forms` prints with ``sympy.jscode``. The script and style are
+forms :func:`tpp.site.explorers.closed_forms` prints with ``sympy.jscode``. The script and style are
 ``_static/explorers/explorers.js`` and ``explorers.css`` (no third-party code, no CDN).
 """
 
@@ -28,7 +28,7 @@ DATA_DIR = Path("_static") / "explorers" / "data"
 
 
 def _explorers():
-    from tpp import explorers
+    from tpp.site import explorers
 
     return explorers
 
@@ -104,7 +104,7 @@ def write_data(outdir: Path, names=None) -> dict[str, int]:
             f"{json.dumps(k)}:function(N,V,alpha,beta){{return {js};}}" for k, js in f.items())
         + "}" for op, f in ex.collective_forms().items())
     text = ("// printed by sympy.jscode from tpp.symbolic.pipeline.bubble_fraction and\n"
-            "// tpp.symbolic.collectives.alpha_beta_time (tpp.explorers.closed_forms)\n"
+            "// tpp.symbolic.collectives.alpha_beta_time (tpp.site.explorers.closed_forms)\n"
             f"window.TPP_CLOSED_FORMS={{bubble_fraction:{{{funcs}}},collective:{{{coll}}}}};\n")
     (target / "closed-forms.js").write_text(text)
     sizes[str(DATA_DIR / "closed-forms.js")] = len(text.encode())

@@ -5,9 +5,9 @@ In a chapter's Markdown cell::
     ```{tpp-quiz} 07_gpipe
     ```
 
-emits the markup of :func:`tpp.quiz.render_html` (``.tpp-quiz`` > ``.tpp-question`` > options
+emits the markup of :func:`tpp.site.quiz.render_html` (``.tpp-quiz`` > ``.tpp-question`` > options
 with ``.tpp-explanation``), answered in the page by ``_static/quiz/tpp_quiz.js`` without a
-kernel or network. Questions come from ``tpp.quiz`` at every build; graded questions are never
+kernel or network. Questions come from ``tpp.site.quiz`` at every build; graded questions are never
 shown. Other builders (LaTeX) get the stems and options as text.
 """
 
@@ -26,7 +26,7 @@ class TppQuiz(Directive):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from tpp import quiz
+        from tpp.site import quiz
 
         chapter = self.arguments[0].strip()
         try:

@@ -1,4 +1,5 @@
-"""Time tpp.overlap.step_timeline on planner-sized ranks; prints ops, seconds and ops per second.
+"""Time tpp.data_parallel.overlap.step_timeline on planner-sized ranks; prints ops, seconds and
+ops per second.
 
 Run: .venv/bin/python bench/bench_overlap.py
 The planner calls the timeline once per layout it evaluates (cached by its inputs), so the cost
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from tpp.overlap import DPTraffic, Link, TPTraffic, step_timeline
+from tpp.data_parallel.overlap import DPTraffic, Link, TPTraffic, step_timeline
 from tpp.symbolic import overlap as so
 
 NIC, NV = Link.preset("ib_ndr", "nic"), Link.preset("nvlink4", "nvlink")

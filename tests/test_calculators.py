@@ -1,11 +1,12 @@
-"""tpp.calculators: each transcribed formula on a small case worked by hand from its source.
+"""tpp.costs.calculators: each transcribed formula on a small case worked by hand from its source.
 
 The expected numbers below were computed with pen and paper from the source lines quoted in
-each function's docstring (not from tpp.calculators' output); the arithmetic is in the comments.
+each function's docstring (not from tpp.costs.calculators' output); the arithmetic is in the
+comments.
 """
 
 import pytest
-from tpp import calculators as c
+from tpp.costs import calculators as c
 
 
 def test_playbook_activation_sp_gelu_by_hand():

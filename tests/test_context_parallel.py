@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpp import context_parallel as cpm
 from tpp.collectives import ProcessGroup
-from tpp.context_parallel_backward import ring_attention_backward
+from tpp.context_parallel.backward import ring_attention_backward
 from tpp.costs import context_parallel as cost
 
 

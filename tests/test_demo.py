@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 from tpp import serving
-from tpp.demo import run_demo
 from tpp.hardware import GB
+from tpp.serving.demo import run_demo
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """Serving layouts: memory fit, prefill vs decode, the autoregressive pipeline."""
 
 import pytest
-from tpp import deployment as D
 from tpp import serving
 from tpp.hardware import GB
+from tpp.serving import deployment as D
 
 SEED = dict(n_params=70e9)  # the serving lesson's "70B in fp16 is 140 GB"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tpp import explorers
+from tpp.site import explorers
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("TPP_SITE", ROOT / "_build" / "html"))
@@ -376,7 +376,7 @@ def _control(browser, tmp_path: Path) -> None:
 def test_live_widgets_only_with_a_front_end(chapter: str) -> None:
     """Issue 21: `jupyter nbconvert --execute` (no TPP_STATIC) hung on chapters 06 and 09's live
     widgets. Every cell that builds `interact` widgets must take the headless branch when no
-    front end is there (`tpp.explorers.has_frontend`), not only under TPP_STATIC."""
+    front end is there (`tpp.site.explorers.has_frontend`), not only under TPP_STATIC."""
     import nbformat
 
     nb = nbformat.read(ROOT / "chapters" / chapter, as_version=4)

@@ -1,4 +1,5 @@
-"""Tests of tpp.overlap (the two-stream timeline) and tpp.symbolic.overlap (its derivation)."""
+"""Tests of tpp.data_parallel.overlap (the two-stream timeline) and tpp.symbolic.overlap (its
+derivation)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpp.collectives import alpha_beta_time
-from tpp.overlap import (
+from tpp.data_parallel.overlap import (
     CPTraffic,
     DPTraffic,
     Link,
@@ -21,7 +22,7 @@ from tpp.overlap import (
     sm_share,
     step_timeline,
 )
-from tpp.overlap.plots import gantt
+from tpp.data_parallel.overlap.plots import gantt
 from tpp.symbolic import overlap as so
 
 NIC = Link("nic", 50e9, 5e-6)
@@ -239,7 +240,7 @@ def test_pipeline_releases_are_idle_time():
 
 
 def test_default_contention_is_the_nccl_sm_share():
-    from tpp.overlap import NCCL_SM_SLOWDOWN
+    from tpp.data_parallel.overlap import NCCL_SM_SLOWDOWN
     assert NCCL_SM_SLOWDOWN == pytest.approx(24 / 132)
     assert sm_share(16, 132) == sp.Rational(16, 132)
 
@@ -263,7 +264,7 @@ def _op(name="a", **kw):
 @pytest.mark.parametrize("call, match", [
     (lambda: run([_op()], contention=1.0), r"contention=1.0 must be a number in \[0, 1\)"),
     (lambda: run([_op()], contention=True), "contention=True"),
-    (lambda: run(["x"]), "ops must be tpp.overlap.Op"),
+    (lambda: run(["x"]), "ops must be tpp.data_parallel.overlap.Op"),
     (lambda: run([_op(), _op()]), "two ops are named 'a'"),
     (lambda: run([_op(duration=-1)]), "duration=-1"),
     (lambda: run([_op(release=-1)]), "release=-1"),
@@ -278,27 +279,28 @@ def _op(name="a", **kw):
     (lambda: DPTraffic(0, 8, 1, NIC, bucket_bytes=0), "bucket_bytes=0"),
     (lambda: DPTraffic(0, 8, 1, NIC, prefetch=-1), "prefetch=-1"),
     (lambda: DPTraffic(0, 8, 1, NIC, optimizer_time=-1), "optimizer_time=-1"),
-    (lambda: DPTraffic(0, 8, 1, "nic"), "link must be a tpp.overlap.Link"),
+    (lambda: DPTraffic(0, 8, 1, "nic"), "link must be a tpp.data_parallel.overlap.Link"),
     (lambda: DPTraffic(0, 8, -5, NIC), "layer_bytes=-5"),
     (lambda: DPTraffic(0, 8, [1, 2], NIC).bytes_of(3), "layer_bytes has 2 entries for 3"),
     (lambda: TPTraffic(-1, 0, NV), "forward=-1"),
     (lambda: TPTraffic(0, -1, NV), "backward=-1"),
     (lambda: TPTraffic(0, 0, NV, steps=0), "steps=0"),
-    (lambda: TPTraffic(0, 0, "nv"), "link must be a tpp.overlap.Link"),
+    (lambda: TPTraffic(0, 0, "nv"), "link must be a tpp.data_parallel.overlap.Link"),
     (lambda: TPTraffic.from_shape(1, 8, 8, 1, NV), "tp=1 must be an int >= 2"),
     (lambda: CPTraffic(0, 0, NV, share=0), r"share=0 must be in \(0, 1\]"),
-    (lambda: CPTraffic(0, 0, "nv"), "link must be a tpp.overlap.Link"),
+    (lambda: CPTraffic(0, 0, "nv"), "link must be a tpp.data_parallel.overlap.Link"),
     (lambda: CPTraffic(-1, 0, NV), "forward=-1"),
     (lambda: CPTraffic.from_kv_bytes(100, 1, NV), "cp=1 must be an int >= 2"),
     (lambda: PPTraffic(-1, 0, NIC), "send_forward=-1"),
     (lambda: PPTraffic(0, -1, NIC), "send_backward=-1"),
-    (lambda: PPTraffic(0, 0, None), "link must be a tpp.overlap.Link"),
+    (lambda: PPTraffic(0, 0, None), "link must be a tpp.data_parallel.overlap.Link"),
     (lambda: step_timeline(1.0, [1.0]), "t_fwd must be a sequence"),
     (lambda: step_timeline([], []), "t_fwd is empty"),
     (lambda: step_timeline([1.0], [-1.0]), "t_bwd holds -1.0"),
     (lambda: step_timeline([1.0], [1.0, 1.0]), "t_fwd has 1 layers and t_bwd 2"),
     (lambda: step_timeline([1.0], [1.0], microbatches=0), "microbatches=0"),
-    (lambda: step_timeline([1.0], [1.0], tp=NIC), "tp must be a tpp.overlap.TPTraffic"),
+    (lambda: step_timeline([1.0], [1.0], tp=NIC),
+     "tp must be a tpp.data_parallel.overlap.TPTraffic"),
     (lambda: step_timeline([1.0], [1.0], dp=DPTraffic(0, 2, 1, NIC),
                            pp=PPTraffic(0, 0, Link("nic", 1e9))), "two links are named 'nic'"),
     (lambda: step_timeline([1.0], [1.0], schedule=[("X", 0, 0.0)]), "schedule entry"),

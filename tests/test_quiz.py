@@ -1,5 +1,5 @@
-"""Check-yourself questions: the source (tpp.quiz), the page's markup, the page in Chromium, and
-the graded quiz (solutions/ex17_quiz.ipynb) that must not show its key.
+"""Check-yourself questions: the source (tpp.site.quiz), the page's markup, the page in Chromium,
+and the graded quiz (solutions/ex17_quiz.ipynb) that must not show its key.
 
 The page test builds a tiny Sphinx project with the course's extension (no book build) and
 drives it from ``file://`` in Debian's chromium with every non-file request refused. It skips
@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tpp import quiz
+from tpp.site import quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 MASTER = ROOT / "solutions" / "ex17_quiz.ipynb"
@@ -57,7 +57,7 @@ def test_every_chapter_has_two_to_four_page_questions_and_17_has_six():
 
 
 def test_numbers_in_questions_follow_the_chapters_formulas():
-    """Recomputed here by hand from the formulas the chapters state (not from tpp.quiz)."""
+    """Recomputed here by hand from the formulas the chapters state (not from tpp.site.quiz)."""
     by_id = {q.id: q for q in quiz.questions()}
     right = {k: next(o.text for o in q.options if o.correct) for k, q in by_id.items()}
     assert right["c01-ring"].startswith("7/4 V")                     # 2(N-1)/N at N = 8
@@ -85,7 +85,7 @@ def test_the_master_is_generated_from_the_source_and_its_checks_hide_the_key():
     import nbformat
 
     nb = nbformat.read(MASTER, as_version=4)
-    assert quiz.sync_master(nb) is False, "run: python -m tpp.quiz (master out of date)"
+    assert quiz.sync_master(nb) is False, "run: python -m tpp.site.quiz (master out of date)"
     cells = _cells()
     md = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     answers = ["".join(c["source"]) for c in cells if "answer" in c["metadata"].get("tags", [])]

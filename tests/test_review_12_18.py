@@ -101,9 +101,10 @@ def test_v_has_fewer_cross_rank_boundaries_than_a_loop():
 
 
 def test_chapter_17_decode_with_context_is_never_compute_bound():
-    from tpp import deployment, serving
+    from tpp import serving
     from tpp.hardware import gpu
     from tpp.models import model
+    from tpp.serving import deployment
 
     m, h100 = model("llama2_70b"), gpu("h100_sxm")
     n_star = h100.peak_flops_bf16 / h100.memory_bandwidth    # I = 2b/e = b at e = 2

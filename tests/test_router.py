@@ -1,7 +1,7 @@
-"""The prefix-affinity router (tpp.router)."""
+"""The prefix-affinity router (tpp.serving.router)."""
 
 import pytest
-from tpp import router as R
+from tpp.serving import router as R
 
 
 def test_affinity_raises_the_hit_rate_and_costs_balance():

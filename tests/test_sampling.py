@@ -1,9 +1,9 @@
-"""Rank-consistent sampling on the simulated TP group (tpp.sampling)."""
+"""Rank-consistent sampling on the simulated TP group (tpp.serving.sampling)."""
 
 import numpy as np
 import pytest
-from tpp import sampling as S
 from tpp.collectives import ProcessGroup
+from tpp.serving import sampling as S
 
 MODEL = S.init_tiny_lm()
 PROMPTS = np.random.default_rng(1).integers(0, MODEL.vocab, size=(48, 4))

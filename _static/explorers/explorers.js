@@ -1,4 +1,4 @@
-/* In-page explorers of the course (see _ext/tpp_explorers.py and tpp/explorers.py).
+/* In-page explorers of the course (see _ext/tpp_explorers.py and tpp/site/explorers.py).
  * No arithmetic of the model lives here: every number is looked up in the tables the library
  * wrote at build time (data/NAME-KEY.js) or computed by a closed form SymPy printed
  * (data/closed-forms.js). This file only formats and draws. No third-party code, no network. */

@@ -1,4 +1,4 @@
-/* Check-yourself questions in the page (markup from _ext/tpp_quiz.py, questions from tpp.quiz).
+/* Check-yourself questions in the page (markup from _ext/tpp_quiz.py, questions from tpp.site.quiz).
  * No kernel, no network, no library: a click (or Enter/Space on the focused button) on an
  * option reveals that option's explanation; the first answer to each question counts towards
  * the running score in .tpp-score. */

@@ -148,7 +148,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from tpp.demo import run_demo
+    from tpp.serving.demo import run_demo
 
     result = run_demo()
     ok = (all(result.ranks_bitwise_equal.values()) and result.gqa_error != ""

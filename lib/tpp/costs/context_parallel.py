@@ -85,7 +85,7 @@ def ring_attention_backward_bytes_per_rank(s: int, n_kv_heads: int, d_head: int,
                                            dtype: str = "bf16") -> Fraction:
     """Bytes one rank sends in one ring-attention backward: ``cp - 1`` K/V blocks and ``cp``
     (dK, dV) accumulators (the last hop brings them home), ``(2 cp - 1) 2 (s/cp) h_kv d e``;
-    0 when ``cp = 1`` (:mod:`tpp.context_parallel_backward`)."""
+    0 when ``cp = 1`` (:mod:`tpp.context_parallel.backward`)."""
     fwd = ring_attention_bytes_per_rank(s, n_kv_heads, d_head, cp, dtype)
     return fwd * Fraction(2 * cp - 1, cp - 1) if cp > 1 else fwd
 

@@ -27,7 +27,7 @@ Every term comes from a module that owns it:
   forward/backward time;
 * the pipeline's makespan, bubble included, is the event simulation of the schedule
   (:func:`tpp.pipeline.simulate`) with those per-stage times and the boundary transfers;
-* DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.overlap`
+* DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.data_parallel.overlap`
   (:func:`tpp.planner.exposed.dp_cost`): gradient buckets behind the backward, FSDP gathers
   prefetched, the distributed optimizer's gathers behind the next forward, compute slowed while
   NCCL holds SMs; what the compute stream waits for, plus that slowdown, is added to the step.

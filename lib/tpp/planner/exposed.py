@@ -1,9 +1,11 @@
 """Exposed data-parallel communication of one pipeline rank, from the two-stream timeline of
-:mod:`tpp.overlap` (the model of the chapter "Hiding communication"; no second copy here).
+:mod:`tpp.data_parallel.overlap` (the model of the chapter "Hiding communication"; no second
+copy here).
 
 The rank's layers (its chunks, in order) with their per-microbatch forward and backward times
 (TP collectives included, blocking as in Megatron-LM) go to
-:func:`tpp.overlap.step_timeline` with the ZeRO stage's :class:`tpp.overlap.DPTraffic` on the
+:func:`tpp.data_parallel.overlap.step_timeline` with the ZeRO stage's
+:class:`tpp.data_parallel.overlap.DPTraffic` on the
 link the DP group crosses, at the link's bus bandwidth, in Megatron-LM's gradient buckets
 (:func:`megatron_bucket_bytes`). What the step pays for DP is the
 time the compute stream waited for it (``exposed["dp_grad"] + exposed["dp_param"]``) plus the
@@ -20,7 +22,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tpp import hardware
-from tpp.overlap import DPTraffic, Link, step_timeline
+from tpp.data_parallel.overlap import DPTraffic, Link, step_timeline
 
 __all__ = ["dp_cost", "megatron_bucket_bytes"]
 

@@ -1,11 +1,12 @@
-"""The two-stream Gantt chart of a :class:`tpp.overlap.StepTimeline` (matplotlib, time in ms)."""
+"""The two-stream Gantt chart of a :class:`tpp.data_parallel.overlap.StepTimeline` (matplotlib,
+time in ms)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tpp.overlap.step import StepTimeline
-from tpp.overlap.timeline import COMPUTE
+from tpp.data_parallel.overlap.step import StepTimeline
+from tpp.data_parallel.overlap.timeline import COMPUTE
 
 __all__ = ["COLORS", "gantt"]
 
@@ -21,7 +22,8 @@ def gantt(tl: StepTimeline, ax: Any = None, title: str | None = None) -> Any:
     from matplotlib.patches import Patch
 
     if not isinstance(tl, StepTimeline):
-        raise ValueError("gantt takes the StepTimeline that tpp.overlap.step_timeline returns")
+        raise ValueError("gantt takes the StepTimeline that "
+                         "tpp.data_parallel.overlap.step_timeline returns")
     streams = [COMPUTE] + sorted(tl.link_busy)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.5 * len(streams) + 1.4))

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tpp.costs.algorithms import all_reduce_cost
-from tpp.hardware import GPU, Link, bytes_per_element, gpu, link
-from tpp.models import ModelConfig, model
+from tpp.hardware import GPU, Link, bytes_per_element
+from tpp.models import ModelConfig
+from tpp.serving.inputs import check_positive_ints, resolve_gpu, resolve_link, resolve_model
 from tpp.tensor_parallel.attention import attention_split
 
 __all__ = ["DecodeStep", "decode_step", "scaling_curve", "crossover_bandwidth",
@@ -87,18 +88,6 @@ class DecodeStep:
         return self.batch / self.step_time
 
 
-def _resolve_model(m: ModelConfig | str) -> ModelConfig:
-    return model(m) if isinstance(m, str) else m
-
-
-def _resolve_link(x: Link | str) -> Link:
-    return link(x) if isinstance(x, str) else x
-
-
-def _resolve_gpu(x: GPU | str) -> GPU:
-    return gpu(x) if isinstance(x, str) else x
-
-
 def decode_step(
     model_cfg: ModelConfig | str,
     tp: int,
@@ -139,12 +128,10 @@ def decode_step(
     * ``algorithm``: the all-reduce algorithm of :mod:`tpp.costs.algorithms` ("ring", "tree",
       "nvls", "one_shot", "two_shot"): its bytes per GPU and its steps (each paying ``latency``).
     """
-    m = _resolve_model(model_cfg)
-    ln = _resolve_link(interconnect)
-    g = _resolve_gpu(accelerator)
-    for name, v in (("tp", tp), ("batch", batch), ("allreduces_per_layer", allreduces_per_layer)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}={v!r} must be a positive int")
+    m = resolve_model(model_cfg)
+    ln = resolve_link(interconnect)
+    g = resolve_gpu(accelerator)
+    check_positive_ints(tp=tp, batch=batch, allreduces_per_layer=allreduces_per_layer)
     if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 0:
         raise ValueError(f"context_len={context_len!r} must be an int >= 0 tokens")
     if compute_model not in COMPUTE_MODELS:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpp.collectives import CollectiveRecord, ProcessGroup
+from tpp.serving.inputs import check_choice, check_positive_ints
 from tpp.tensor_parallel.activations import gelu
 
 __all__ = ["TinyLM", "init_tiny_lm", "one_shot_all_reduce", "sample_tokens", "flip_probability",
@@ -75,10 +76,8 @@ class TinyLM:
 def init_tiny_lm(vocab: int = 64, d_model: int = 32, n_heads: int = 8, n_layers: int = 2,
                  d_ff: int = 128, seed: int = 0, dtype: str = "float32") -> TinyLM:
     """Random weights (normal, scaled by 1/sqrt(fan-in)) for a :class:`TinyLM`."""
-    for name, v in (("vocab", vocab), ("d_model", d_model), ("n_heads", n_heads),
-                    ("n_layers", n_layers), ("d_ff", d_ff)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}={v!r} must be a positive int")
+    check_positive_ints(vocab=vocab, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                        d_ff=d_ff)
     if d_model % n_heads:
         raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}")
     dt = np.dtype(dtype)
@@ -123,7 +122,7 @@ def one_shot_all_reduce(group: ProcessGroup, arrays: list[np.ndarray], *,
     ``(n-1) * M`` bytes sent per rank. ``precision="bfloat16"`` rounds the partials and every
     running sum to bfloat16, as a bf16 communication buffer would.
     """
-    _check_choice("precision", precision, PRECISIONS)
+    check_choice("precision", precision, PRECISIONS)
     rnd = round_bfloat16 if precision == "bfloat16" else (lambda a: a)
     n = group.size
     if len(arrays) != n:
@@ -211,11 +210,6 @@ class Generation:
         return np.where(differs.any(axis=1), first, -1)
 
 
-def _check_choice(name: str, value: str, options: tuple[str, ...]) -> None:
-    if value not in options:
-        raise ValueError(f"{name}={value!r}: use one of {', '.join(map(repr, options))}")
-
-
 def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
              temperature: float = 1.0, seed: int = 0, allreduce: str = "ring",
              rng: str = "same", sampler: str = "independent",
@@ -233,22 +227,20 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     ``comm_precision="bfloat16"``: the all-reduces carry bf16 (partials rounded before the ring;
     every running sum rounded in the own-order sum); the model itself computes in float32.
     """
-    _check_choice("comm_precision", comm_precision, PRECISIONS)
-    _check_choice("allreduce", allreduce, ALLREDUCES)
-    _check_choice("rng", rng, RNGS)
+    check_choice("comm_precision", comm_precision, PRECISIONS)
+    check_choice("allreduce", allreduce, ALLREDUCES)
+    check_choice("rng", rng, RNGS)
     if not callable(sampler):
-        _check_choice("sampler", sampler, SAMPLERS)
+        check_choice("sampler", sampler, SAMPLERS)
     h, dh = model.n_heads, model.d_head
     d_ff = model.layers[0]["w1"].shape[1]
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp={tp!r} must be a positive int")
+    check_positive_ints(tp=tp)
     if h % tp or d_ff % tp:
         raise ValueError(f"tp={tp} must divide n_heads={h} and d_ff={d_ff}: pick a divisor")
     prompts = np.asarray(prompts)
     if prompts.ndim != 2 or prompts.shape[1] < 1:
         raise ValueError("prompts must be an int array of shape (batch, prompt_len >= 1)")
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(f"n_tokens={n_tokens!r} must be a positive int")
+    check_positive_ints(n_tokens=n_tokens)
     group = ProcessGroup(tp, name="tp")
     dt = model.dtype
     batch, plen = prompts.shape

@@ -1,4 +1,4 @@
-"""Backward pass of ring attention (:func:`tpp.context_parallel.ring_attention`).
+"""Backward pass of ring attention (:func:`tpp.context_parallel.ring.ring_attention`).
 
 Per block, the gradient of attention with the saved log-sum-exp ``L = m + log l`` of each query
 row (FlashAttention, Dao et al. 2022, Alg. 4; Ring Attention, Liu et al. 2023, Sec. 3)::
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpp.collectives import CollectiveRecord, ProcessGroup
-from tpp.context_parallel import (
+from tpp.context_parallel.attention import (
     _check_int,
     _check_qkv,
     _expand_kv,
@@ -30,8 +30,8 @@ from tpp.context_parallel import (
     _visible,
     rank_chunks,
     rank_positions,
-    ring_attention,
 )
+from tpp.context_parallel.ring import ring_attention
 
 __all__ = ["RingAttentionGrads", "ring_attention_backward"]
 

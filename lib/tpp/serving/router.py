@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpp.serving.inputs import check_choice, check_positive_ints
+
 __all__ = ["RoutingResult", "simulate_router", "POLICIES"]
 
 POLICIES = ("round_robin", "prefix_affinity")
@@ -45,12 +47,9 @@ def simulate_router(policy: str, replicas: int = 4, requests: int = 20_000,
                     n_prefixes: int = 400, capacity: int = 100, zipf: float = 1.1,
                     seed: int = 0) -> RoutingResult:
     """Route ``requests`` over ``replicas``, each with an LRU cache of ``capacity`` prefixes."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy={policy!r}: use one of {', '.join(map(repr, POLICIES))}")
-    for name, v in (("replicas", replicas), ("requests", requests), ("n_prefixes", n_prefixes),
-                    ("capacity", capacity)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}={v!r} must be a positive int")
+    check_choice("policy", policy, POLICIES)
+    check_positive_ints(replicas=replicas, requests=requests, n_prefixes=n_prefixes,
+                        capacity=capacity)
     if not zipf > 0:
         raise ValueError(f"zipf={zipf} must be > 0")
     rng = np.random.default_rng(seed)

@@ -22,7 +22,7 @@ for the whole collective, so while a collective overlaps a GEMM, the GEMM has fe
 The default is the SM share NCCL's blocks take, ``24 / 132 = 0.18``: a compute op that overlaps
 a collective runs at ``1 - 0.18`` of its speed. It is a lower bound of the slowdown (the forum's
 wave-quantised GEMM lost 41 %, and Agrawal et al.'s average implies more): pass ``contention=``
-to :func:`tpp.overlap.step_timeline` to use another value, 0 for none.
+to :func:`tpp.data_parallel.overlap.step_timeline` to use another value, 0 for none.
 """
 
 from __future__ import annotations

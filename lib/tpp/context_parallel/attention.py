@@ -1,24 +1,15 @@
-"""Context parallelism: attention over a sequence split across ``cp`` ranks.
-
-Two ways to compute exact attention when each rank holds only ``s / cp`` tokens of Q, K and V:
-
-* **Ring attention** (Liu, Zaharia & Abbeel 2023, Sec. 3; the blockwise online softmax of
-  Milakov & Gimelshein 2018 and FlashAttention, Dao et al. 2022, Alg. 1). Queries stay where
-  they are; K/V blocks travel around a ring of ranks, one hop per step (``cp - 1`` sends of a
-  K/V block per rank). Each rank keeps, per query and head, a running max ``m``, a running
-  denominator ``l = sum exp(score - m)`` and an unnormalised numerator
-  ``acc = sum exp(score - m) v``, and folds every block into them with
-  :func:`online_softmax_merge`. The output is ``acc / l``: exactly softmax(QK^T/sqrt(d)) V.
-* **Ulysses** (Jacobs et al. 2023, DeepSpeed-Ulysses, Sec. 3): an all-to-all re-shards Q, K, V
-  from "my tokens, all heads" to "all tokens, my heads", every rank runs ordinary attention on
-  its heads, and a second all-to-all brings the output back to sequence shards. Needs the
-  number of heads (and of K/V heads) divisible by ``cp``.
+"""What ring attention and Ulysses share: layouts, checks, the reference and the online softmax.
 
 Layouts (which tokens a rank holds): ``"contiguous"`` gives rank ``i`` tokens
 ``[i s/cp, (i+1) s/cp)``; ``"zigzag"`` cuts the sequence into ``2 cp`` chunks and gives rank ``i``
 chunks ``i`` and ``2 cp - 1 - i`` (Megatron-LM's context parallelism; Llama 3, Sec. 3.3.2), which
 balances causal work. Closed forms of the bytes and the work are in
 :mod:`tpp.costs.context_parallel`.
+
+The blockwise online softmax (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022,
+Alg. 1): a partial over some keys keeps, per query and head, a running max ``m``, a running
+denominator ``l = sum exp(score - m)`` and an unnormalised numerator ``acc = sum exp(score - m) v``;
+:func:`online_softmax_merge` folds two partials, :func:`finalize` divides.
 
 Arrays are ``(seq, heads, d_head)``; K and V may have fewer heads than Q (GQA: query head ``j``
 reads K/V head ``j // (n_heads // n_kv_heads)``).
@@ -42,8 +33,6 @@ __all__ = [
     "finalize",
     "rank_chunks",
     "rank_positions",
-    "ring_attention",
-    "ulysses_attention",
 ]
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -235,115 +224,3 @@ def _pair_mask(qr: range, kr: range, causal: bool) -> np.ndarray | None:
 
 def _visible(qr: range, kr: range, causal: bool) -> bool:
     return not causal or kr.start <= qr.stop - 1
-
-
-# ----------------------------------------------------------------------------- ring attention
-def ring_attention(q, k, v, cp: int, causal: bool = True, layout: str = "contiguous",
-                   group: ProcessGroup | None = None) -> ContextParallelResult:
-    """Exact attention with the sequence split over ``cp`` ranks, K/V passed around a ring.
-
-    Step ``t = 0 .. cp-1``: rank ``r`` holds the K/V block that rank ``(r - t) mod cp`` started
-    with; it folds every visible (query chunk, key chunk) pair into its running partial with
-    :func:`online_softmax_merge`, then (for ``t < cp-1``) sends the block to rank ``r+1``.
-    Each rank sends ``cp - 1`` K/V blocks of ``2 (s/cp) n_kv d_head`` elements
-    (:func:`tpp.costs.context_parallel.ring_attention_bytes_per_rank`); the sends are recorded
-    as ``send`` records tagged ``ring.kv`` on ``group``.
-    """
-    q, k, v = _check_qkv(q, k, v)
-    cp = _check_int(cp, "cp")
-    s = q.shape[0]
-    chunks = rank_chunks(s, cp, layout)
-    pos = rank_positions(s, cp, layout)
-    g = _group(group, cp, "cp")
-    start = len(g.ledger)
-    # rank r's block: its K and V stacked, with the chunk ranges it covers
-    blocks = [(np.stack([k[p], v[p]]), chunks[r]) for r, p in enumerate(pos)]
-    state: list[list[AttentionPartial | None]] = [[None] * len(chunks[r]) for r in range(cp)]
-    work = [0] * cp
-    for t in range(cp):
-        for r in range(cp):
-            kv, kchunks = blocks[r]
-            qoff = 0
-            for a, qr in enumerate(chunks[r]):
-                qa = q[pos[r][qoff:qoff + len(qr)]]
-                koff = 0
-                for kr in kchunks:
-                    if _visible(qr, kr, causal):
-                        mask = _pair_mask(qr, kr, causal)
-                        part = block_partial(qa, kv[0, koff:koff + len(kr)],
-                                             kv[1, koff:koff + len(kr)], mask)
-                        n = len(qr) * len(kr) if mask is None else int(mask.sum())
-                        work[r] += n * q.shape[1]
-                        old = state[r][a]
-                        state[r][a] = part if old is None else online_softmax_merge(old, part)
-                    koff += len(kr)
-                qoff += len(qr)
-        if t < cp - 1:  # every rank passes its block one hop around the ring, all at once
-            blocks = [(g.send(blocks[(r - 1) % cp][0], (r - 1) % cp, r, tag=f"ring.kv.{t}"),
-                       blocks[(r - 1) % cp][1]) for r in range(cp)]
-    shards = [np.concatenate([finalize(p) for p in state[r]]) for r in range(cp)]
-    out, lse = np.empty_like(q), np.empty(q.shape[:2])
-    for r in range(cp):
-        out[pos[r]] = shards[r]
-        lse[pos[r]] = np.concatenate([p.m + np.log(p.l) for p in state[r]])
-    return ContextParallelResult(out, shards, list(g.ledger[start:]), tuple(work), pos, lse)
-
-
-# ----------------------------------------------------------------------------- Ulysses
-def _seq_to_heads(x: list[np.ndarray], g: ProcessGroup, tag: str) -> list[np.ndarray]:
-    """(c, h, d) sequence shards -> (s, h/cp, d) head shards, in the ranks' token order."""
-    cp = g.size
-    recv = g.all_to_all(x, axis=1, tag=tag)       # rank j: heads group j of every source
-    c, h, d = x[0].shape
-    return [r.reshape(c, cp, h // cp, d).transpose(1, 0, 2, 3).reshape(cp * c, h // cp, d)
-            for r in recv]
-
-
-def _heads_to_seq(y: list[np.ndarray], g: ProcessGroup, tag: str) -> list[np.ndarray]:
-    """(s, h/cp, d) head shards -> (c, h, d) sequence shards (inverse of _seq_to_heads)."""
-    cp = g.size
-    s, hl, d = y[0].shape
-    c = s // cp
-    send = [a.reshape(cp, c, hl, d).transpose(1, 0, 2, 3).reshape(c, cp * hl, d) for a in y]
-    return g.all_to_all(send, axis=1, tag=tag)
-
-
-def ulysses_attention(q, k, v, cp: int, causal: bool = True, layout: str = "contiguous",
-                      group: ProcessGroup | None = None) -> ContextParallelResult:
-    """Exact attention by re-sharding from sequence to heads and back (DeepSpeed-Ulysses).
-
-    Four all-to-alls on ``group``: Q, K, V (tags ``ulysses.q/k/v``) and the output
-    (``ulysses.out``); each rank sends ``(cp-1)/cp`` of its input to each (the all-to-all bus
-    factor of :func:`tpp.collectives.bus_factor`). ``n_heads`` and ``n_kv_heads`` must be
-    divisible by ``cp``. Every rank computes all the causal pairs of its ``n_heads / cp`` heads,
-    so the work (``n_heads / cp`` heads times all visible pairs) is balanced in either layout.
-    """
-    q, k, v = _check_qkv(q, k, v)
-    cp = _check_int(cp, "cp")
-    s, h, d = q.shape
-    hkv = k.shape[1]
-    if h % cp or hkv % cp:
-        raise ValueError(
-            f"Ulysses needs n_heads={h} and n_kv_heads={hkv} divisible by cp={cp}: choose a cp "
-            "that divides both, replicate K/V heads up to a multiple of cp, or use "
-            "ring_attention"
-        )
-    pos = rank_positions(s, cp, layout)
-    g = _group(group, cp, "cp")
-    start = len(g.ledger)
-    qh = _seq_to_heads([q[p] for p in pos], g, "ulysses.q")
-    kh = _seq_to_heads([k[p] for p in pos], g, "ulysses.k")
-    vh = _seq_to_heads([v[p] for p in pos], g, "ulysses.v")
-    order = np.concatenate(pos)          # the token position of each row after the re-shard
-    inv = np.argsort(order)
-    outs = []
-    for r in range(cp):
-        o = attention_reference(qh[r][inv], kh[r][inv], vh[r][inv], causal)
-        outs.append(o[order])
-    shards = _heads_to_seq(outs, g, "ulysses.out")
-    out = np.empty_like(q)
-    for r in range(cp):
-        out[pos[r]] = shards[r]
-    pairs = s * (s + 1) // 2 if causal else s * s
-    work = tuple(pairs * (h // cp) for _ in range(cp))
-    return ContextParallelResult(out, shards, list(g.ledger[start:]), work, pos)

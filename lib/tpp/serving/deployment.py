@@ -24,15 +24,11 @@ from tpp.costs.pipeline import p2p_time
 from tpp.costs.tp import ring_factor
 from tpp.hardware import bytes_per_element
 from tpp.models import ModelConfig
-from tpp.serving import DecodeStep, _resolve_gpu, _resolve_link, _resolve_model, decode_step
+from tpp.serving.decode import DecodeStep, decode_step
+from tpp.serving.inputs import check_positive_ints, resolve_gpu, resolve_link, resolve_model
 
 __all__ = ["PrefillStep", "prefill_step", "decode_intensity", "decode_rounds", "ServingLayout",
            "serving_layout"]
-
-
-def _pos_int(name: str, v: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name}={v!r} must be a positive int")
 
 
 @dataclass(frozen=True)
@@ -69,10 +65,10 @@ def prefill_step(model_cfg: ModelConfig | str, tp: int, batch: int, prompt_len: 
     """Prefill of ``batch`` prompts: ``L * forward_flops_per_layer(b, s)`` FLOPs (matmuls and
     the ``4 b s^2 h`` attention scores), split over ``tp`` GPUs; each GPU reads its weight shard
     once; ``2 L`` all-reduces of ``b s d e`` bytes each, ring factor ``2(t-1)/t``."""
-    _pos_int("prompt_len", prompt_len)
-    m = _resolve_model(model_cfg)
-    g = _resolve_gpu(accelerator)
-    ln = _resolve_link(interconnect)
+    check_positive_ints(prompt_len=prompt_len)
+    m = resolve_model(model_cfg)
+    g = resolve_gpu(accelerator)
+    ln = resolve_link(interconnect)
     # the decode step of the same layout gives the weight shard and validates tp and batch
     ref = decode_step(m, tp, batch, ln, g, dtype=dtype)
     flops = m.n_layers * forward_flops_per_layer(m, batch, prompt_len) / tp
@@ -101,9 +97,7 @@ def decode_rounds(pp: int, microbatches: int, t_stage: float, t_p2p: float = 0.0
     first served), and a group's next token enters stage 0 only after its previous token left
     the last stage. Returns the completion time of round k (all groups' token k), k = 1..tokens.
     """
-    _pos_int("pp", pp)
-    _pos_int("microbatches", microbatches)
-    _pos_int("tokens", tokens)
+    check_positive_ints(pp=pp, microbatches=microbatches, tokens=tokens)
     free = [0.0] * pp                   # when each stage is next free
     ready = [0.0] * microbatches        # when each group's next token may enter stage 0
     rounds = []
@@ -179,9 +173,8 @@ def serving_layout(model_cfg: ModelConfig | str, tp: int, pp: int = 1, dp: int =
     ``batch/microbatches`` sequences (must divide). The round time comes from
     :func:`decode_rounds` (steady state, after the pipeline has filled).
     """
-    m = _resolve_model(model_cfg)
-    for name, v in (("pp", pp), ("dp", dp), ("batch", batch), ("microbatches", microbatches)):
-        _pos_int(name, v)
+    m = resolve_model(model_cfg)
+    check_positive_ints(pp=pp, dp=dp, batch=batch, microbatches=microbatches)
     if m.n_layers % pp:
         raise ValueError(f"pp={pp} must divide n_layers={m.n_layers}: pick a divisor")
     if batch % microbatches:
@@ -191,7 +184,7 @@ def serving_layout(model_cfg: ModelConfig | str, tp: int, pp: int = 1, dp: int =
     b = batch // microbatches
     stage = decode_step(stage_model, tp, b, interconnect, accelerator, n_params=n / pp,
                         context_len=context_len, dtype=dtype, **kwargs)
-    ln = _resolve_link(pp_interconnect)
+    ln = resolve_link(pp_interconnect)
     hop = p2p_time(int(b * m.d_model * bytes_per_element(dtype)), ln.bandwidth) if pp > 1 else 0.0
     rounds = decode_rounds(pp, microbatches, stage.step_time, hop, tokens=pp + 3)
     return ServingLayout(tp=tp, pp=pp, dp=dp, batch=batch, microbatches=microbatches,

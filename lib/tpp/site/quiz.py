@@ -606,7 +606,7 @@ def sync_master(nb) -> bool:
 
     Cells are matched by id (``ex17q-NN``): question Markdown, answer (the key, inside the
     solution block) and a public check that accepts any valid letter. Returns whether anything
-    changed. ``python -m tpp.quiz`` applies it to ``solutions/ex17_quiz.ipynb``.
+    changed. ``python -m tpp.site.quiz`` applies it to ``solutions/ex17_quiz.ipynb``.
     """
     cells = {c.id: c for c in nb.cells}
     new = {"ex17q-00": MASTER_INTRO}
@@ -665,7 +665,7 @@ def render_html(chapter: str) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":   # python -m tpp.quiz: regenerate the master's question cells
+if __name__ == "__main__":   # python -m tpp.site.quiz: regenerate the master's question cells
     from pathlib import Path
 
     import nbformat

@@ -2,7 +2,8 @@
 
 The API the planner and the chapter "Hiding communication behind compute" use::
 
-    from tpp.overlap import step_timeline, DPTraffic, TPTraffic, CPTraffic, PPTraffic, Link
+    from tpp.data_parallel.overlap import (step_timeline, DPTraffic, TPTraffic, CPTraffic,
+                                           PPTraffic, Link)
 
     nic = Link.preset("ib_ndr", "nic")
     tl = step_timeline(t_fwd=[1e-3] * 8, t_bwd=[2e-3] * 8, microbatches=4,
@@ -23,10 +24,10 @@ The exposed communication of a bucketed all-reduce behind a backward of ``L`` eq
 derived in :mod:`tpp.symbolic.overlap` and checked against this timeline.
 """
 
-from tpp.overlap.contention import NCCL_SM_SLOWDOWN, sm_share
-from tpp.overlap.step import KINDS, StepTimeline, rank_schedule, step_timeline
-from tpp.overlap.timeline import COMPUTE, Event, Op, Run, run
-from tpp.overlap.traffic import (
+from tpp.data_parallel.overlap.contention import NCCL_SM_SLOWDOWN, sm_share
+from tpp.data_parallel.overlap.step import KINDS, StepTimeline, rank_schedule, step_timeline
+from tpp.data_parallel.overlap.timeline import COMPUTE, Event, Op, Run, run
+from tpp.data_parallel.overlap.traffic import (
     DDP_BUCKET_BYTES,
     CPTraffic,
     DPTraffic,

@@ -2,12 +2,12 @@
 
 The compute stream runs, per microbatch, the forward of layers ``0 .. L-1`` then their backward
 ``L-1 .. 0`` (or the order a pipeline schedule gives, :func:`rank_schedule`). The communication
-of each kind is placed where the systems place it (see :mod:`tpp.overlap.traffic`): DP gradient
-buckets behind the backward, FSDP gathers ``prefetch`` layers ahead, the distributed
+of each kind is placed where the systems place it (see :mod:`tpp.data_parallel.overlap.traffic`):
+DP gradient buckets behind the backward, FSDP gathers ``prefetch`` layers ahead, the distributed
 optimizer's parameter gathers behind the next step's forward, TP collectives inside each layer
 (blocking unless decomposed), CP's ring behind the attention, PP's sends after each microbatch.
-:func:`tpp.overlap.timeline.run` then runs the streams, with links shared by name and compute
-slowed while a collective runs.
+:func:`tpp.data_parallel.overlap.timeline.run` then runs the streams, with links shared by name
+and compute slowed while a collective runs.
 
 ``overlap=False`` chains every op after the one before it (one stream, nothing concurrent):
 the step is then exactly the sum of all compute and all communication.
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 
-from tpp.overlap.contention import NCCL_SM_SLOWDOWN
-from tpp.overlap.timeline import COMPUTE, Event, Op, Run, run
-from tpp.overlap.traffic import CPTraffic, DPTraffic, PPTraffic, TPTraffic
+from tpp.data_parallel.overlap.contention import NCCL_SM_SLOWDOWN
+from tpp.data_parallel.overlap.timeline import COMPUTE, Event, Op, Run, run
+from tpp.data_parallel.overlap.traffic import CPTraffic, DPTraffic, PPTraffic, TPTraffic
 
 __all__ = ["KINDS", "StepTimeline", "step_timeline", "rank_schedule"]
 
@@ -42,7 +42,8 @@ class StepTimeline:
     * ``idle``: waiting with no communication running (pipeline releases: the bubble);
     * ``comm[kind]``: total communication time of ``kind`` (hidden or not);
     * ``link_busy[link]``: busy seconds of each link (the busiest bounds the step);
-    * ``events``: every op's start and end (:class:`tpp.overlap.timeline.Event`), for plots.
+    * ``events``: every op's start and end (:class:`tpp.data_parallel.overlap.timeline.Event`),
+      for plots.
     """
 
     step_time: float
@@ -189,12 +190,14 @@ def step_timeline(
     ``t_fwd[i]``, ``t_bwd[i]``: compute seconds of layer ``i``'s forward and backward (input
     and weight gradients, recomputation included) for ONE microbatch, without communication.
     ``microbatches``: gradient-accumulation steps (or the pipeline's microbatches).
-    ``dp``, ``tp``, ``cp``, ``pp``: the traffic (:mod:`tpp.overlap.traffic`), ``None`` = none.
+    ``dp``, ``tp``, ``cp``, ``pp``: the traffic (:mod:`tpp.data_parallel.overlap.traffic`),
+    ``None`` = none.
     ``schedule``: the rank's actions in order as ``(phase, microbatch, release)``, phase
     ``"F"``/``"B"``, release the earliest start in s (:func:`rank_schedule` reads them from a
     pipeline simulation); default: F then B of each microbatch, no release.
     ``contention``: compute speed lost while a collective runs (default
-    :data:`tpp.overlap.contention.NCCL_SM_SLOWDOWN`). ``overlap=False``: nothing overlaps.
+    :data:`tpp.data_parallel.overlap.contention.NCCL_SM_SLOWDOWN`). ``overlap=False``: nothing
+    overlaps.
     """
     t_fwd, t_bwd = _check_times("t_fwd", t_fwd), _check_times("t_bwd", t_bwd)
     if len(t_fwd) != len(t_bwd):
@@ -205,7 +208,7 @@ def step_timeline(
     for name, v, cls in (("dp", dp, DPTraffic), ("tp", tp, TPTraffic), ("cp", cp, CPTraffic),
                          ("pp", pp, PPTraffic)):
         if v is not None and not isinstance(v, cls):
-            raise ValueError(f"{name} must be a tpp.overlap.{cls.__name__} or None")
+            raise ValueError(f"{name} must be a tpp.data_parallel.overlap.{cls.__name__} or None")
     links: dict[str, tuple] = {}
     for v in (dp, tp, cp, pp):
         if v is not None:

@@ -9,7 +9,7 @@ dependency on another rank, read from :func:`tpp.pipeline.simulate`).
 
 Contention (a fluid model): while any communication op is running, NCCL's kernels hold some of
 the GPU's SMs, and a compute op progresses at rate ``1 - contention`` instead of 1
-(:data:`tpp.overlap.contention.NCCL_SM_SLOWDOWN` states the default and its source).
+(:data:`tpp.data_parallel.overlap.contention.NCCL_SM_SLOWDOWN` states the default and its source).
 Communication ops progress at rate 1: their durations are alpha-beta times
 (:func:`tpp.collectives.alpha_beta_time`).
 
@@ -100,7 +100,8 @@ def _check_ops(ops: list[Op], contention) -> None:
     names = set()
     for op in ops:
         if not isinstance(op, Op):
-            raise ValueError(f"ops must be tpp.overlap.Op instances, got {type(op).__name__}")
+            raise ValueError("ops must be tpp.data_parallel.overlap.Op instances, "
+                             f"got {type(op).__name__}")
         if op.name in names:
             raise ValueError(f"two ops are named {op.name!r}: give every op a unique name")
         names.add(op.name)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpp import serving
 from tpp.hardware import GB
+from tpp.serving.decode import decode_step
 from tpp.tensor_parallel.attention import ShardedAttention, init_attention_weights
 from tpp.tensor_parallel.mlp import MLP, ShardedMLP
 
@@ -96,7 +96,7 @@ def _table(result: DemoResult, say: Callable[[str], None]) -> None:
     for tp in TABLE_TP:
         row = []
         for title, link, batch in TABLE_CASES:
-            st = serving.decode_step("llama2_70b", tp, batch, link, n_params=70e9)
+            st = decode_step("llama2_70b", tp, batch, link, n_params=70e9)
             result.step_ms[(title, tp)] = st.step_time * 1e3
             result.fits[tp] = st.fits
             row.append(f"{st.step_time * 1e3:14.1f} ms")

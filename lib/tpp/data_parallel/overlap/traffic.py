@@ -1,5 +1,5 @@
-"""The communication one training step needs, per kind, as :func:`tpp.overlap.step_timeline`
-takes it.
+"""The communication one training step needs, per kind, as
+:func:`tpp.data_parallel.overlap.step_timeline` takes it.
 
 Every time comes from the library's alpha-beta model (:func:`tpp.collectives.alpha_beta_time`,
 :func:`tpp.costs.tp.tp_comm_time`); nothing here re-derives a bus factor.
@@ -108,7 +108,8 @@ class DPTraffic:
         _int("prefetch", self.prefetch, 0)
         _positive("optimizer_time", self.optimizer_time, allow_zero=True)
         if not isinstance(self.link, Link):
-            raise ValueError("link must be a tpp.overlap.Link, e.g. Link.preset('ib_ndr', 'nic')")
+            raise ValueError("link must be a tpp.data_parallel.overlap.Link, "
+                             "e.g. Link.preset('ib_ndr', 'nic')")
         lb = self.layer_bytes
         vals = (lb,) if isinstance(lb, int) and not isinstance(lb, bool) else tuple(lb)
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in vals):
@@ -174,7 +175,8 @@ class TPTraffic:
         _positive("backward", self.backward, allow_zero=True)
         _int("steps", self.steps, 1)
         if not isinstance(self.link, Link):
-            raise ValueError("link must be a tpp.overlap.Link, e.g. Link.preset('nvlink4')")
+            raise ValueError("link must be a tpp.data_parallel.overlap.Link, "
+                             "e.g. Link.preset('nvlink4')")
 
     @classmethod
     def from_shape(cls, b: int, s: int, h: int, tp: int, link: Link, *, sp: bool = True,
@@ -211,7 +213,7 @@ class CPTraffic:
             raise ValueError(f"share={self.share!r} must be in (0, 1]: the part of the layer's "
                              "compute the ring hides behind (attention's share)")
         if not isinstance(self.link, Link):
-            raise ValueError("link must be a tpp.overlap.Link")
+            raise ValueError("link must be a tpp.data_parallel.overlap.Link")
 
     @classmethod
     def from_kv_bytes(cls, kv_bytes: int, cp: int, link: Link, share: float = 1.0) -> CPTraffic:
@@ -238,4 +240,4 @@ class PPTraffic:
         _positive("send_forward", self.send_forward, allow_zero=True)
         _positive("send_backward", self.send_backward, allow_zero=True)
         if not isinstance(self.link, Link):
-            raise ValueError("link must be a tpp.overlap.Link")
+            raise ValueError("link must be a tpp.data_parallel.overlap.Link")
