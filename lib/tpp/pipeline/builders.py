@@ -32,26 +32,11 @@ from collections.abc import Callable
 from itertools import repeat
 from operator import add
 
+from tpp.pipeline.dualpipe import dualpipe
 from tpp.pipeline.ir import Action, Schedule, no_gc
-from tpp.pipeline.looped import _actions, _interleave
-
-SCHEDULES: tuple[str, ...] = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1", "looped-bfs",
-                              "zb1p", "zb-h2", "zbv", "dualpipev", "dualpipe")
-MULTI_CHUNK: tuple[str, ...] = ("interleaved", "looped-bfs", "zb1p", "zbv", "dualpipev")
-
-
-def check_common(name: str, ranks: int, microbatches: int, virtual: int) -> None:
-    for label, value in (("ranks", ranks), ("microbatches", microbatches), ("virtual", virtual)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{label} must be an int (got {value!r}): pass a whole number")
-        if value < 1:
-            raise ValueError(f"{label} must be >= 1 (got {value}): use at least 1")
-    if name not in MULTI_CHUNK and virtual != 1:
-        raise ValueError(
-            f"{name} uses one stage per rank, so virtual must be 1 (got {virtual}): "
-            f"use name='interleaved' for virtual stages"
-        )
-
+from tpp.pipeline.looped import _actions, _interleave, looped_bfs, zb1p
+from tpp.pipeline.rules import SCHEDULES, check_common
+from tpp.pipeline.v_shapes import dualpipev, zb_h2, zbv
 
 _check_common = check_common
 
@@ -169,10 +154,6 @@ def zb_h1(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
 
 
 def _registry() -> dict[str, Callable[..., Schedule]]:
-    from tpp.pipeline.dualpipe import dualpipe
-    from tpp.pipeline.looped import looped_bfs, zb1p
-    from tpp.pipeline.v_shapes import dualpipev, zb_h2, zbv
-
     return {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
             "zb-h1": zb_h1, "looped-bfs": looped_bfs, "zb1p": zb1p, "zb-h2": zb_h2, "zbv": zbv,
             "dualpipev": dualpipev, "dualpipe": dualpipe}

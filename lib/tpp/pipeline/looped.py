@@ -19,6 +19,7 @@ from collections.abc import Callable
 from itertools import repeat
 
 from tpp.pipeline.ir import Action, Schedule
+from tpp.pipeline.rules import check_common
 
 
 def rounds(P: int, M: int, name: str) -> int:
@@ -105,8 +106,6 @@ def interleaved_pytorch(P: int, M: int, v: int) -> Schedule:
 def zb1p(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     """ZB1P, interleaved zero bubble (Qi et al. 2024; ``ScheduleInterleavedZeroBubble``):
     warm-up ``(v - 1) P' + (P - 1 - r)`` chunk-forwards, then F, I and (after r I's) W."""
-    from tpp.pipeline.builders import check_common
-
     check_common("zb1p", ranks, microbatches, virtual)
     P, M, v = ranks, microbatches, virtual
     return _build("zb1p", P, M, v, lambda r, pr: (v - 1) * pr + (P - 1 - r), True)
@@ -115,8 +114,6 @@ def zb1p(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
 def looped_bfs(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     """Looped BFS (``ScheduleLoopedBFS``): rank r runs F of all M microbatches on chunk 0, then
     on chunk 1, ...; then B chunk by chunk from the last, microbatches M-1 down to 0."""
-    from tpp.pipeline.builders import check_common
-
     check_common("looped-bfs", ranks, microbatches, virtual)
     P, M, v = ranks, microbatches, virtual
     rows = []

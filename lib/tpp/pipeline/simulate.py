@@ -31,7 +31,7 @@ from numbers import Real
 
 from tpp.pipeline.ir import Action, Overlap, Schedule, no_gc
 from tpp.pipeline.memory import ActivationMemory
-from tpp.pipeline.validate import check_structure, describe_deadlock
+from tpp.pipeline.structure import check_structure, describe_deadlock
 
 Time = Real  # int, Fraction or float
 
@@ -76,7 +76,7 @@ def run_dependencies(
     the number of cross-rank dependency edges.
 
     Structural errors (misplaced, out-of-range, duplicate or missing actions) are detected inline
-    and reported by :func:`~tpp.pipeline.validate.check_structure`'s precise diagnosis; a deadlock
+    and reported by :func:`~tpp.pipeline.structure.check_structure`'s precise diagnosis; a deadlock
     raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
     input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
     timeline, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)

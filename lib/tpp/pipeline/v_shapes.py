@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 from tpp.pipeline.ir import Action, Overlap, Schedule, Step
+from tpp.pipeline.rules import check_common
 
 _new = tuple.__new__  # Action(...) without the Python-level __new__ of a NamedTuple
 
@@ -24,8 +25,6 @@ def v_stage_ranks(P: int) -> tuple[int, ...]:
 
 
 def _check_v(name: str, ranks: int, microbatches: int, virtual: int) -> None:
-    from tpp.pipeline.builders import check_common
-
     check_common(name, ranks, microbatches, virtual)
     if virtual != 2:
         raise ValueError(f"{name} places exactly two chunks per rank in a V: use virtual=2 "
@@ -148,8 +147,6 @@ def zb_h2(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
     (they fill the wait for its first input gradient, at the price of up to 2P - 1 activation
     sets on rank 0), then repeats I(k), W (deferred by 2r microbatches), F(next); the deferred
     W's fill the tail while the last input gradients climb to rank 0."""
-    from tpp.pipeline.builders import check_common
-
     check_common("zb-h2", ranks, microbatches, virtual)
     P, M = ranks, microbatches
     rows = []
