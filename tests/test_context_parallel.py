@@ -188,7 +188,7 @@ def test_error_messages():
         "q (6, 4, 2) and k (4, 2, 2) must agree on seq and d_head: pass (seq, heads, d_head) "
         "arrays of one sequence")
     assert _msg(cpm.ring_attention, q, k, v, 2, group=ProcessGroup(3)) == (
-        "group must be a ProcessGroup of size cp=2: pass one or None")
+        "group has size 3 but cp=2: pass a ProcessGroup of size 2 or None")
     assert _msg(cost.attention_work_per_rank, 6, 2, layout="zigzag") == (
         "s=6 is not divisible by 4 (zigzag layout, cp=2): pad the sequence to a multiple of 4")
     assert _msg(cost.attention_work_per_rank, 6, 2, layout="x") == (

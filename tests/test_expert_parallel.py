@@ -163,7 +163,7 @@ def test_error_messages():
     assert _msg(ex.moe_forward, x, rw, w1, w2[:, :2], 2) == (
         "w2 has shape (6, 2, 4): pass (n_experts=6, d_ff=3, d=4)")
     assert _msg(ex.moe_forward, x, rw, w1, w2, 2, group=ProcessGroup(3)) == (
-        "group must be a ProcessGroup of size ep=2: pass one or None")
+        "group has size 3 but ep=2: pass a ProcessGroup of size 2 or None")
     assert _msg(ex.route, x, rw, 9) == "top_k=9 > n_experts=6: choose top_k <= 6"
     assert _msg(ex.all_to_all_v, ProcessGroup(2), [[x]]) == (
         "all_to_all_v needs 2 lists of 2 arrays (one per destination)")

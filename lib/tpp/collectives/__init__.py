@@ -29,7 +29,7 @@ programs: the :class:`Communicator` interface, :func:`spmd` on simulated ranks).
 
 from .closed_forms import alpha_beta_time, bus_factor, ring_bytes_per_rank, ring_steps
 from .comm import Communicator, SimulatedCommunicator, SimulatedWorld, spmd
-from .group import ProcessGroup
+from .group import ProcessGroup, group_of_size
 from .ledger import (  # noqa: F401  (_check_n, _normalise_op: kept importable)
     OPS,
     REDUCE_OPS,
@@ -45,6 +45,7 @@ __all__ = [
     "CollectiveRecord",
     "Communicator",
     "ProcessGroup",
+    "group_of_size",
     "SimulatedCommunicator",
     "SimulatedWorld",
     "Transfer",

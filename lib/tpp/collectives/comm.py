@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .group import ProcessGroup
+from .group import ProcessGroup, group_of_size
 
 __all__ = ["Communicator", "SimulatedCommunicator", "SimulatedWorld", "check_spmd_args", "spmd"]
 
@@ -235,11 +235,7 @@ def spmd(fn: Callable[..., Any], size: int, args: Sequence[Sequence[Any]] | None
     released); a rank stuck at a collective raises ``TimeoutError`` after ``timeout`` seconds.
     """
     per_rank = check_spmd_args(size, args)
-    if group is None:
-        group = ProcessGroup(int(size), name="spmd")
-    elif group.size != size:
-        raise ValueError(f"group has size {group.size} but size={size}: pass a ProcessGroup of "
-                         f"size {size}")
+    group = group_of_size(group, int(size), label="size", name="spmd")
     world = SimulatedWorld(group, timeout)
     if size == 1:
         return [fn(*per_rank[0], comm=world.communicator(0))]

@@ -21,7 +21,7 @@ from .ring import (
     ring_reduce_scatter,
 )
 
-__all__ = ["ProcessGroup"]
+__all__ = ["ProcessGroup", "group_of_size"]
 
 
 class ProcessGroup:
@@ -46,7 +46,8 @@ class ProcessGroup:
         return f"ProcessGroup(size={self.size}, name={self.name!r}, ledger={len(self.ledger)})"
 
     # ------------------------------------------------------------------ helpers
-    def _check_arrays(self, arrays: Sequence[np.ndarray], op: str) -> list[np.ndarray]:
+    def _check_list(self, arrays: Sequence, op: str, hint: str = "") -> None:
+        """``arrays`` must be a list (not an array) with one entry per rank."""
         if isinstance(arrays, np.ndarray) or not isinstance(arrays, Sequence):
             raise ValueError(
                 f"{op} expects a list with one array per rank ({self.size} arrays), got "
@@ -55,8 +56,18 @@ class ProcessGroup:
         if len(arrays) != self.size:
             raise ValueError(
                 f"{op} got {len(arrays)} arrays for a group of size {self.size}: pass exactly "
-                f"one array per rank ({self.size})"
+                f"one array per rank ({self.size}{hint})"
             )
+
+    def _check_rank(self, op: str, name: str, r: object) -> int:
+        """``r`` must be a rank of this group (an int in ``0 .. size-1``)."""
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < self.size:
+            raise ValueError(f"{op}: {name}={r!r} is not a rank of this group: "
+                             f"use 0..{self.size - 1}")
+        return int(r)
+
+    def _check_arrays(self, arrays: Sequence[np.ndarray], op: str) -> list[np.ndarray]:
+        self._check_list(arrays, op)
         arrs = [np.asarray(a) for a in arrays]
         ref = arrs[0]
         for r, a in enumerate(arrs[1:], start=1):
@@ -78,6 +89,15 @@ class ProcessGroup:
             raise ValueError(f"unknown reduction op {op!r}: use one of {', '.join(REDUCE_OPS)}")
         return REDUCE_OPS[op]
 
+    def _recorded(self, op: str, payload: int, result, algorithm: str, tag: str,
+                  steps: int | None = None) -> list[np.ndarray]:
+        """Append ``op``'s record (``steps`` default: :func:`ring_steps` of ``op``) and return the
+        outputs of ``result = (outputs, bytes sent per rank)``."""
+        out, sent = result
+        self._record(op, payload, sent, ring_steps(op, self.size) if steps is None else steps,
+                     algorithm, tag)
+        return out
+
     def _record(self, op, payload, sent, steps, algorithm, tag) -> None:
         self.ledger.append(
             CollectiveRecord(
@@ -90,6 +110,19 @@ class ProcessGroup:
                 tag=tag,
             )
         )
+
+    def _check_split_axis(self, arrs: list[np.ndarray], axis: int, op: str) -> int:
+        """``axis`` must be an axis of the arrays whose length the group size divides."""
+        n = self.size
+        ax = self._check_axis(axis, arrs[0].ndim, op)
+        length = arrs[0].shape[ax]
+        if length % n:
+            raise ValueError(
+                f"{op}: axis {ax} has length {length}, not divisible by the group size "
+                f"{n}: pad that axis to a multiple of {n} or use a group size that divides "
+                f"{length}"
+            )
+        return ax
 
     def _check_axis(self, axis: int, ndim: int, op: str) -> int:
         if ndim == 0:
@@ -126,10 +159,8 @@ class ProcessGroup:
         bit-identical result (the all-gather phase copies the same reduced chunks).
         """
         arrs = self._check_arrays(arrays, "all_reduce")
-        out, sent = ring_all_reduce(arrs, self._reducer(op), trace)
-        self._record("all_reduce", arrs[0].nbytes, sent, ring_steps("all_reduce", self.size),
-                     "ring", tag)
-        return out
+        return self._recorded("all_reduce", arrs[0].nbytes,
+                              ring_all_reduce(arrs, self._reducer(op), trace), "ring", tag)
 
     # ------------------------------------------------------------------ reduce-scatter
     def reduce_scatter(
@@ -150,20 +181,9 @@ class ProcessGroup:
         """
         arrs = self._check_arrays(arrays, "reduce_scatter")
         reduce = self._reducer(op)
-        n = self.size
-        ax = self._check_axis(axis, arrs[0].ndim, "reduce_scatter")
-        length = arrs[0].shape[ax]
-        if length % n:
-            raise ValueError(
-                f"reduce_scatter: axis {ax} has length {length}, not divisible by the group size "
-                f"{n}: pad that axis to a multiple of {n} or use a group size that divides "
-                f"{length}"
-            )
-        out, sent = ring_reduce_scatter(arrs, ax, reduce, trace)
-        self._record(
-            "reduce_scatter", arrs[0].nbytes, sent, ring_steps("reduce_scatter", n), "ring", tag
-        )
-        return out
+        ax = self._check_split_axis(arrs, axis, "reduce_scatter")
+        return self._recorded("reduce_scatter", arrs[0].nbytes,
+                              ring_reduce_scatter(arrs, ax, reduce, trace), "ring", tag)
 
     # ------------------------------------------------------------------ all-gather
     def all_gather(
@@ -181,13 +201,9 @@ class ProcessGroup:
         (the ledger's ``payload_bytes`` is that output size).
         """
         arrs = self._check_arrays(arrays, "all_gather")
-        n = self.size
         ax = self._check_axis(axis, arrs[0].ndim, "all_gather")
-        out, sent = ring_all_gather(arrs, ax, trace)
-        self._record(
-            "all_gather", n * arrs[0].nbytes, sent, ring_steps("all_gather", n), "ring", tag
-        )
-        return out
+        return self._recorded("all_gather", self.size * arrs[0].nbytes,
+                              ring_all_gather(arrs, ax, trace), "ring", tag)
 
     # ------------------------------------------------------------------ all-to-all
     def all_to_all(
@@ -200,19 +216,9 @@ class ProcessGroup:
         (one per peer, as in a pairwise exchange).
         """
         arrs = self._check_arrays(arrays, "all_to_all")
-        n = self.size
-        ax = self._check_axis(axis, arrs[0].ndim, "all_to_all")
-        length = arrs[0].shape[ax]
-        if length % n:
-            raise ValueError(
-                f"all_to_all: axis {ax} has length {length}, not divisible by the group size "
-                f"{n}: pad that axis to a multiple of {n}"
-            )
-        out, sent = pairwise_all_to_all(arrs, ax)
-        self._record(
-            "all_to_all", arrs[0].nbytes, sent, ring_steps("all_to_all", n), "pairwise", tag
-        )
-        return out
+        ax = self._check_split_axis(arrs, axis, "all_to_all")
+        return self._recorded("all_to_all", arrs[0].nbytes, pairwise_all_to_all(arrs, ax),
+                              "pairwise", tag)
 
     # ------------------------------------------------------------------ broadcast
     def broadcast(
@@ -225,19 +231,8 @@ class ProcessGroup:
         forwards to root+2, ... (n-1 steps); every rank but the last of the chain sends M bytes,
         so the busiest link carries M (bus factor 1).
         """
-        if isinstance(arrays, np.ndarray) or not isinstance(arrays, Sequence):
-            raise ValueError(
-                f"broadcast expects a list with one entry per rank ({self.size}): wrap the "
-                "arrays in a list"
-            )
-        if len(arrays) != self.size:
-            raise ValueError(
-                f"broadcast got {len(arrays)} arrays for a group of size {self.size}: pass "
-                f"exactly one entry per rank ({self.size}; non-root entries may be None)"
-            )
-        n = self.size
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < n:
-            raise ValueError(f"broadcast: root={root!r} is not a rank of this group: use 0..{n-1}")
+        self._check_list(arrays, "broadcast", "; non-root entries may be None")
+        root = self._check_rank("broadcast", "root", root)
         if arrays[root] is None:
             raise ValueError(f"broadcast: root rank {root} passed None: give the root an array")
         src = np.asarray(arrays[root])
@@ -251,9 +246,8 @@ class ProcessGroup:
                     f"{root} has shape {src.shape} dtype {src.dtype}: pass None or a buffer of "
                     "the root's shape and dtype"
                 )
-        out, sent = chain_broadcast(src, root, n)
-        self._record("broadcast", src.nbytes, sent, ring_steps("broadcast", n), "chain", tag)
-        return out
+        return self._recorded("broadcast", src.nbytes, chain_broadcast(src, root, self.size),
+                              "chain", tag)
 
     # ------------------------------------------------------------------ point-to-point
     def send(self, array: np.ndarray, src: int, dst: int, *, tag: str = "") -> np.ndarray:
@@ -261,17 +255,14 @@ class ProcessGroup:
 
         Recorded as op ``"send"``: ``src`` sends M = array.nbytes bytes in one step.
         """
-        n = self.size
-        for name, r in (("src", src), ("dst", dst)):
-            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < n:
-                raise ValueError(f"send: {name}={r!r} is not a rank of this group: use 0..{n-1}")
+        src = self._check_rank("send", "src", src)
+        dst = self._check_rank("send", "dst", dst)
         if src == dst:
             raise ValueError(f"send: src and dst are both rank {src}: send to a different rank")
         a = np.asarray(array)
-        sent = [0] * n
+        sent = [0] * self.size
         sent[src] = a.nbytes
-        self._record("send", a.nbytes, sent, 1, "p2p", tag)
-        return a.copy()
+        return self._recorded("send", a.nbytes, (a.copy(), sent), "p2p", tag, steps=1)
 
     recv = send  # a matched send/recv pair is one call in a simulation
 
@@ -287,3 +278,18 @@ class ProcessGroup:
     def clear_ledger(self) -> None:
         """Forget all recorded collectives."""
         self.ledger.clear()
+
+
+def group_of_size(group: ProcessGroup | None, size: int, *, label: str, name: str) -> ProcessGroup:
+    """``group`` if given (it must be a :class:`ProcessGroup` of ``size`` ranks), else a new
+    group of ``size`` ranks named ``name``; ``label`` names the degree in the message (``TP``,
+    ``cp``, ``ep``, ``size``). Every layer that takes an optional group resolves it here."""
+    if group is None:
+        return ProcessGroup(size, name=name)
+    if not isinstance(group, ProcessGroup):
+        raise ValueError(f"group must be a ProcessGroup of size {label}={size}, got "
+                         f"{type(group).__name__}: pass one or None")
+    if group.size != size:
+        raise ValueError(f"group has size {group.size} but {label}={size}: pass a ProcessGroup "
+                         f"of size {size} or None")
+    return group

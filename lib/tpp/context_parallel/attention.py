@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpp.collectives import CollectiveRecord, ProcessGroup
+from tpp.collectives import CollectiveRecord, ProcessGroup, group_of_size
 
 __all__ = [
     "LAYOUTS",
@@ -207,11 +207,7 @@ class ContextParallelResult:
 
 
 def _group(group: ProcessGroup | None, cp: int, name: str) -> ProcessGroup:
-    if group is None:
-        return ProcessGroup(cp, name=name)
-    if not isinstance(group, ProcessGroup) or group.size != cp:
-        raise ValueError(f"group must be a ProcessGroup of size cp={cp}: pass one or None")
-    return group
+    return group_of_size(group, cp, label="cp", name=name)
 
 
 def _pair_mask(qr: range, kr: range, causal: bool) -> np.ndarray | None:

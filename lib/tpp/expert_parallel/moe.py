@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpp.collectives import CollectiveRecord, ProcessGroup
+from tpp.collectives import CollectiveRecord, ProcessGroup, group_of_size
 from tpp.tensor_parallel.activations import gelu
 
 __all__ = [
@@ -239,10 +239,7 @@ def moe_forward(x, router_w, w1, w2, ep: int, top_k: int = 2,
     if n_exp % ep:
         raise ValueError(f"n_experts={n_exp} is not divisible by ep={ep}: choose an ep that "
                          f"divides {n_exp} so that every rank holds the same number of experts")
-    if group is None:
-        group = ProcessGroup(ep, name="ep")
-    elif not isinstance(group, ProcessGroup) or group.size != ep:
-        raise ValueError(f"group must be a ProcessGroup of size ep={ep}: pass one or None")
+    group = group_of_size(group, ep, label="ep", name="ep")
     start = len(group.ledger)
     bounds = token_bounds(t, ep)
     el = n_exp // ep

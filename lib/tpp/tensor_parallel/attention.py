@@ -36,7 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tpp.collectives import Communicator, ProcessGroup, SimulatedWorld, spmd
+from tpp.collectives import Communicator, ProcessGroup, SimulatedWorld, group_of_size, spmd
 from tpp.hardware import bytes_per_element
 
 from .attention_core import (
@@ -255,12 +255,7 @@ class ShardedAttention:
         self.split = attention_split(n_heads, n_kv, tp, replicate_kv)
         wq, wk, wv, wo, self.d, self.d_head = _check_weights(wq, wk, wv, wo, n_heads, n_kv)
         self.tp, self.n_heads, self.n_kv_heads = self.split.tp, n_heads, n_kv
-        if group is None:
-            group = ProcessGroup(self.tp, name=f"tp{self.tp}")
-        elif group.size != self.tp:
-            raise ValueError(f"group has size {group.size} but TP={self.tp}: pass a "
-                             f"ProcessGroup of size {self.tp}")
-        self.group = group
+        self.group = group = group_of_size(group, self.tp, label="TP", name=f"tp{self.tp}")
         self.f, self.g = CopyToTP(group), ReduceFromTP(group)
         self.causal, self.dropout_p, self.seed, self.layer = causal, dropout_p, seed, layer
         self.recompute_core = recompute_core

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpp.collectives import ProcessGroup
+from tpp.collectives import ProcessGroup, group_of_size
 
 from .activations import gelu, gelu_grad
 from .attention import Attention, ShardedAttention, attention_split, init_attention_weights
@@ -53,12 +53,8 @@ RECOMPUTE = ("none", "selective", "full")
 
 def tp_group(group: ProcessGroup | None, tp: int, sequence_parallel: bool) -> ProcessGroup:
     """The block's TP group: `group` if given (it must have `tp` ranks), else a new one."""
-    if group is None:
-        return ProcessGroup(tp, name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
-    if group.size != tp:
-        raise ValueError(f"group has size {group.size} but TP={tp}: pass a ProcessGroup of "
-                         f"size {tp}")
-    return group
+    return group_of_size(group, tp, label="TP",
+                         name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
 
 
 def init_block_weights(d: int, n_heads: int, n_kv_heads: int | None = None,

@@ -28,11 +28,17 @@ from functools import partial
 
 import numpy as np
 
-from tpp.collectives import Communicator, ProcessGroup, spmd
+from tpp.collectives import Communicator, ProcessGroup, group_of_size, spmd
 
 from .activations import gelu, gelu_grad, silu, silu_grad
 from .linear import ColumnParallelLinear, RowParallelLinear, linear_backward
 from .operators import CopyToTP, ReduceFromTP, f_backward, f_forward, g_backward, g_forward
+from .sequence import (
+    gather_from_sp_backward,
+    gather_from_sp_forward,
+    reduce_scatter_to_sp_backward,
+    reduce_scatter_to_sp_forward,
+)
 from .sharding import check_divisible, check_tp, unshard
 
 __all__ = ["ACTIVATIONS", "MLP", "MLP_VARIANTS", "MLPRankCache", "ShardedMLP",
@@ -167,7 +173,7 @@ def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         raise ValueError("the negative controls exist without sequence parallelism only: "
                          "pass sequence_parallel=False or variant='correct'")
     if sequence_parallel:
-        x = comm.all_gather(x, axis=0, tag="sp.all_gather")  # enter
+        x = gather_from_sp_forward(x, comm)     # enter: all-gather
     else:
         x = f_forward(x, comm)                  # f: identity
     h1 = x @ w1                                 # column-parallel: d_ff/T slice
@@ -179,7 +185,7 @@ def sharded_mlp_forward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         a = gelu(h1)
     z = a @ w2                                  # row-parallel: a PARTIAL sum of y
     if sequence_parallel:
-        y = comm.reduce_scatter(z, axis=0, tag="sp.reduce_scatter")  # leave
+        y = reduce_scatter_to_sp_forward(z, comm)  # leave: reduce-scatter
     else:
         y = g_forward(z, comm)                  # g: ALL-REDUCE
     cache = MLPRankCache(x, h1, h3, a, w1, w2, w3, variant, sequence_parallel)
@@ -195,7 +201,7 @@ def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communica
     """
     c = cache
     if c.sequence_parallel:
-        dy = comm.all_gather(dy, axis=0, tag="sp.reduce_scatter.backward")
+        dy = reduce_scatter_to_sp_backward(dy, comm)
     elif c.variant == "all-reduce both ways":
         dy = comm.all_reduce(dy, tag="g.backward (wrong)")   # sums T equal copies
     else:
@@ -212,7 +218,7 @@ def sharded_mlp_backward(dy: np.ndarray, cache: MLPRankCache, *, comm: Communica
         dh1 = da * gelu_grad(c.h1)
         dx_partial, grads["w1"] = linear_backward(c.x, c.w1, dh1)   # PARTIAL dx_r
     if c.sequence_parallel:
-        dx = comm.reduce_scatter(dx_partial, axis=0, tag="sp.all_gather.backward")
+        dx = gather_from_sp_backward(dx_partial, comm)
     else:
         dx = dx_partial if c.variant == "no f" else f_backward(dx_partial, comm)  # f: ALL-REDUCE
     return dx, grads, dx_partial
@@ -242,12 +248,7 @@ class ShardedMLP:
         check_divisible(d_ff, tp, "d_ff")
         if variant not in MLP_VARIANTS:
             raise ValueError(f"unknown variant {variant!r}: use one of {MLP_VARIANTS}")
-        if group is None:
-            group = ProcessGroup(tp, name=f"tp{tp}")
-        elif group.size != tp:
-            raise ValueError(
-                f"group has size {group.size} but TP={tp}: pass a ProcessGroup of size {tp}"
-            )
+        group = group_of_size(group, tp, label="TP", name=f"tp{tp}")
         self.tp, self.d, self.d_ff, self.activation = tp, d, d_ff, activation
         self.variant = variant
         self.group = group
