@@ -157,11 +157,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if s:
                         d = end_f[idx - M]
                         if d is None:
-                            w = wait[idx - M]
-                            if w is None:
-                                wait[idx - M] = [r]
-                            else:
-                                w.append(r)
+                            _block(wait, idx - M, r)
                             waiting_on[r] = (s - 1, "F", m)
                             break
                         if hm[s - 1] != r:
@@ -191,11 +187,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         raise _Malformed
                     d = end_f[idx]
                     if d is None:
-                        w = wait[idx]
-                        if w is None:
-                            wait[idx] = [r]
-                        else:
-                            w.append(r)
+                        _block(wait, idx, r)
                         waiting_on[r] = (s, "F", m)
                         break
                     if d > start:
@@ -203,11 +195,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if s < last:
                         d = end_x[idx + M]
                         if d is None:
-                            w = wait[idx + M + SM]
-                            if w is None:
-                                wait[idx + M + SM] = [r]
-                            else:
-                                w.append(r)
+                            _block(wait, idx + M + SM, r)
                             waiting_on[r] = (s + 1, "X", m)
                             break
                         if hm[s + 1] != r:
