@@ -366,3 +366,17 @@ def test_record_is_frozen_and_has_the_contract_fields():
     assert rec.total_bytes == 64
     with pytest.raises(AttributeError):
         rec.op = "x"
+
+
+def test_group_of_size_is_the_one_rule_for_an_optional_group():
+    from tpp.collectives import group_of_size
+
+    g = ProcessGroup(3, name="x")
+    assert group_of_size(g, 3, label="TP", name="tp3") is g
+    new = group_of_size(None, 2, label="cp", name="cp")
+    assert (new.size, new.name) == (2, "cp")
+    with pytest.raises(ValueError, match="group has size 3 but TP=2: pass a ProcessGroup of "
+                       "size 2 or None"):
+        group_of_size(g, 2, label="TP", name="tp2")
+    with pytest.raises(ValueError, match="group must be a ProcessGroup of size ep=2, got list"):
+        group_of_size([g], 2, label="ep", name="ep")

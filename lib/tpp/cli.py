@@ -1,5 +1,9 @@
 """The ``tpp`` command line: ``tpp assign [--check]``, ``tpp grade SUBMISSIONS --out RESULTS``,
-``tpp check NOTEBOOK``, ``tpp demo``."""
+``tpp check NOTEBOOK``, ``tpp demo``.
+
+At the top level of :mod:`tpp` because it belongs to no one part: it dispatches to the grader
+(:mod:`tpp.grading`) and to the serving lesson's demo (:mod:`tpp.serving.demo`), importing each
+only when its command runs (``pyproject.toml``: ``tpp = "tpp.cli:main"``)."""
 
 from __future__ import annotations
 

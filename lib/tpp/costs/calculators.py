@@ -5,7 +5,8 @@ documentation describes it), so that the errata page (``chapters/appendix_errata
 compare it with the course's own derivations (:mod:`tpp.costs.memory`, :mod:`tpp.costs.flops`,
 :mod:`tpp.costs.zero`, :mod:`tpp.pipeline`). Names follow the sources' variables; every docstring
 names the repository, file and commit read. Only the dense-transformer paths are transcribed
-(no MoE, MLA, MTP or hybrid branches).
+(no MoE, MLA, MTP or hybrid branches). They live in :mod:`tpp.costs` because they are cost
+models too — the field's, set beside the course's own, one module for all of them.
 
 Sources (read on 2026-12-01):
 
