@@ -34,7 +34,8 @@ Every term comes from a module that owns it:
 
 Not modelled: clock throttling, stragglers, kernel-launch gaps beyond a fixed cost per kernel,
 contention between PP and DP traffic on the NIC (the pipeline is simulated apart).
-Memory, the runtime reserve included, is compared with the full capacity of the GPU.
+Memory, the runtime reserve included, is compared with :attr:`tpp.hardware.GPU.capacity`, the
+bytes the CUDA runtime reports (not the datasheet label) where a measurement is cited.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
 from tpp.planner.exposed import dp_cost
-from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk
+from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk, max_chunks
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
 
@@ -120,9 +121,10 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     if lay.tp > gpus_per_node:
         p.append(f"TP={lay.tp} is larger than a node ({gpus_per_node} GPUs): its all-reduces "
                  "would cross the inter-node network; keep TP <= GPUs per node")
-    if lay.pp * lay.virtual > model.n_layers:
+    if lay.pp * lay.virtual > max_chunks(model.n_layers):
         p.append(f"{lay.pp * lay.virtual} pipeline chunks (PP x v) for {model.n_layers} "
-                 "layers: more stages than layers; lower PP or v")
+                 f"layers: more stages than the layers plus the embedding and the LM head "
+                 f"({max_chunks(model.n_layers)} slots); lower PP or v")
     if seq_len % lay.cp or (lay.cp > 1 and seq_len % (2 * lay.cp)):
         p.append(f"CP={lay.cp} must split seq_len={seq_len} into 2 x CP equal chunks "
                  "(zig-zag balance)")
@@ -301,7 +303,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
                                                    global_batch, sequence_parallel),
-                   capacity=dev.memory,
+                   capacity=dev.capacity,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
         return est
@@ -400,7 +402,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
             best = (total, r, terms)
     est.memory_bytes, est.heaviest_rank, est.memory = best
     r = est.heaviest_rank
-    if memory_first and est.memory_bytes > dev.memory:
+    if memory_first and est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))
         return est
     # -- data parallelism ----------------------------------------------------------------------
@@ -433,7 +435,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     est.model_flops_per_step = global_batch * (
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
         + 3 * 2 * seq_len * h * V)
-    if est.memory_bytes > dev.memory:
+    if est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))
     est.fits = not est.problems
     return est
@@ -441,5 +443,5 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
 
 def _over(need: int, r: int, dev: hardware.GPU) -> str:
     return (f"needs {need / 1e9:.1f} GB per GPU on pipeline rank {r}, "
-            f"{(need - dev.memory) / 1e9:.1f} GB over the {dev.memory / 1e9:.0f} GB of a "
-            f"{dev.name}")
+            f"{(need - dev.capacity) / 1e9:.1f} GB over the {dev.capacity / 1e9:.1f} GB a "
+            f"process can allocate on a {dev.name} (hardware.GPU.capacity)")
