@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpp import models as _models
-from tpp.models import NARAYANAN_TABLE1
+from tpp.models import MEGATRON_README_H100, NARAYANAN_TABLE1
 from tpp.planner.layout import Layout
 
-__all__ = ["Published", "PUBLISHED", "published"]
+__all__ = ["Published", "PUBLISHED", "HOLDOUT", "published"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Published:
     inter_link: str | None = None
     #: bytes per gradient element the run keeps (2: bf16; 4: fp32 accumulation, e.g. Llama 3)
     grad_bytes: int = 2
+    #: a hold-out run: added after the planner's components and defaults were settled, never
+    #: used to adjust them; its error is reported apart (:data:`HOLDOUT`)
+    holdout: bool = False
 
     @property
     def gpus(self) -> int:
@@ -202,3 +205,30 @@ for _key, _m, _rc, _wps in (("torchtitan_llama3_8b", "llama3_8b", "selective", 2
         "sequence 8192 (Llama 3's), selective-op checkpointing taken as selective, PyTorch SDPA "
         "taken as FlashAttention-2, FSDP2 as ZeRO-3 with one unit per layer, InfiniBand HDR per "
         "GPU (the cluster's network is not stated)", measured=_wps, metric="tokens_per_gpu_s")
+
+#: HOLD-OUT: Megatron-LM's H100 weak-scaling table (NVIDIA/Megatron-LM README.md and
+#: images/model_table.png @ f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4, 2024-07-15), added with
+#: the planner's components and defaults frozen and never used to adjust them. From the
+#: source: model shapes, TP, PP, DP, GPUs, global batch, sequence 4096, per-GPU TFLOP/s;
+#: ``--overlap-grad-reduce --overlap-param-gather`` (which Megatron-LM only accepts with the
+#: distributed optimizer, i.e. ZeRO-1: megatron/training/arguments.py at that commit) and
+#: ``--tp-comm-overlap`` (which asserts sequence parallelism, same file). The TFLOP/s are
+#: Megatron's ``num_floating_point_operations`` at that commit: 3 passes, full s x s
+#: attention, the planner's ``model_flops_per_step``. Unknown, the planner's defaults:
+#: microbatch 1, no interleaving, no recomputation, FlashAttention-2, fp32 Adam states,
+#: bf16 gradients, InfiniBand NDR per GPU. The planner cannot express ``--tp-comm-overlap``
+#: (its TP collectives are blocking), so TP > 1 runs are expected to be predicted slow.
+_MLM_SRC = ("NVIDIA/Megatron-LM README.md and images/model_table.png @ "
+            "f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4 (H100 weak scaling, 2024-07-15)")
+for (_n, _a, _h, _L, _t, _p, _d, _g, _B, _tf, _mfu) in MEGATRON_README_H100:
+    _key = f"megatron_h100_{_n:g}b".replace(".", "_")
+    PUBLISHED[_key] = Published(
+        _key, _key, "h100_sxm",
+        Layout(tp=_t, pp=_p, dp=_d, zero=1, recompute="none", sp=True), 4096, _B,
+        f"{_tf} TFLOP/s per GPU, {_mfu}% MFU", _MLM_SRC,
+        "the planner's defaults: microbatch 1, no interleaving, no recomputation, "
+        "FlashAttention-2, fp32 Adam states, InfiniBand NDR; --tp-comm-overlap not modelled "
+        "(TP collectives blocking)", measured=_tf, metric="mfu", holdout=True)
+
+#: Keys of the hold-out runs (reported apart from the runs the planner was built against).
+HOLDOUT: tuple[str, ...] = tuple(k for k, p in PUBLISHED.items() if p.holdout)
