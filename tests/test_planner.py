@@ -201,6 +201,22 @@ def test_held_activations_depend_on_the_order_not_the_durations(pp, groups, v, s
     assert held == res.peak_activation_bytes(list(chunks))
 
 
+@settings(max_examples=30, deadline=None)
+@given(pp=st.integers(2, 8), k=st.integers(2, 6), v=st.sampled_from([1, 2, 3, 4, 8]),
+       seed=st.integers(0, 10**6))
+def test_held_activations_stop_changing_past_two_groups(pp, k, v, seed):
+    # the planner simulates min(M, 2P) microbatches for the peaks (_held_microbatches)
+    import random
+
+    from tpp.planner import estimate
+
+    rng = random.Random(seed)
+    chunks = tuple(rng.randint(0, 3) for _ in range(pp * v))
+    assert estimate._held_microbatches(pp, k * pp) == 2 * pp
+    assert (estimate._held.__wrapped__(pp, k * pp, v, chunks)
+            == estimate._held.__wrapped__(pp, 2 * pp, v, chunks))
+
+
 # -- issue 18: compute model, published runs, HSDP ------------------------------------------
 
 

@@ -207,11 +207,20 @@ def _held(pp: int, m: int, v: int, chunks: tuple | None = None):
     its actions in the schedule's fixed order (:mod:`tpp.pipeline.simulate`), so these peaks
     depend on that order alone, not on the durations: they are read from one simulation at
     unit costs and cached per schedule (a test compares them with simulations at random
-    costs), instead of once per layout's stage times.
+    costs), instead of once per layout's stage times. Past ``M = 2P`` they no longer change:
+    the longest warm-up, rank 0's ``2 (P - 1) + (v - 1) P + 1`` chunk forwards, ends within
+    the first ``2P`` microbatches' ``2 P v`` forwards, and each later group repeats the steady
+    state (a test compares ``2P`` with up to ``6P`` at random chunk sizes), so the planner
+    simulates ``min(M, 2P)`` microbatches for them (:func:`_held_microbatches`).
     """
     sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
     res = simulate(sched, t_f=1, t_b=1)
     return res.peak_inflight, (res.peak_activation_bytes(list(chunks)) if chunks else None)
+
+
+def _held_microbatches(pp: int, m: int) -> int:
+    """The microbatches :func:`_held` simulates for ``m``: ``2P`` once ``m >= 2P``."""
+    return 2 * pp if m >= 2 * pp else m
 
 
 @lru_cache(maxsize=4096)
@@ -231,11 +240,13 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
         busy = m * (t_f[0] + t_b[0])
         return busy, [busy], [1], ([sum(chunks)] if chunks else None)
     if m <= 6 * pp:
-        return (*_simulate(pp, m, v, t_f, t_b, transfer), *_held(pp, m, v, chunks))
+        return (*_simulate(pp, m, v, t_f, t_b, transfer),
+                *_held(pp, _held_microbatches(pp, m), v, chunks))
     t5, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
     t6, busy6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer)
     makespan = t6 + (t6 - t5) * (m - 6 * pp) / pp
-    return (makespan, [b * m / (6 * pp) for b in busy6], *_held(pp, 6 * pp, v, chunks))
+    return (makespan, [b * m / (6 * pp) for b in busy6],
+            *_held(pp, _held_microbatches(pp, m), v, chunks))
 
 
 def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised: int,
