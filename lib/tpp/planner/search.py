@@ -23,7 +23,7 @@ def _divisors(n: int) -> list[int]:
 
 def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, seq_len: int,
                       global_batch: int, cps: tuple[int, ...] = (1,),
-                      virtuals: tuple[int, ...] = (1, 2, 4),
+                      virtuals: tuple[int, ...] = (1, 2, 4, 8),
                       microbatch_sizes: tuple[int, ...] = (1, 2, 4),
                       zeros: tuple[int, ...] = (0, 1, 2, 3),
                       recomputes: tuple[str, ...] = RECOMPUTE,
