@@ -21,7 +21,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 
-from tpp.grading import sandbox
+from tpp.grading import bounds, sandbox
 
 if TYPE_CHECKING:
     from tpp.grading.run import Limits
@@ -61,7 +61,7 @@ def kernelspec_dir(limits: Limits) -> Path:
     """A private kernelspec folder whose kernel starts through the limiting launcher."""
     guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
     key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard, limits.sandbox,
-           limits.nproc, limits.disk_mb)  # fmt: skip
+           limits.nproc, limits.disk_mb, limits.cgroup)  # fmt: skip
     if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
         return _SPEC_DIRS[key]
     root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
@@ -78,6 +78,10 @@ def kernelspec_dir(limits: Limits) -> Path:
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         "PYTHONWARNINGS": "ignore",
         "LANG": "C.UTF-8",
+        # at most 2 malloc arenas (64 MiB of address space each): without it a thread creates
+        # one when it meets contention, so the kernel's address space at start-up depended on
+        # timing, and near RLIMIT_AS a thread start failed now and then
+        "MALLOC_ARENA_MAX": "2",
     }
     box: list[str] = []
     if limits.sandbox:
@@ -88,7 +92,7 @@ def kernelspec_dir(limits: Limits) -> Path:
     argv = [
         sys.executable,
         str(launcher),
-        "--memory-mb", str(limits.memory_mb),
+        "--memory-mb", str(bounds.address_space_mb(limits.memory_mb, bool(limits.cgroup))),
         "--cpu-seconds", str(limits.cpu_seconds),
         "--file-mb", str(limits.file_mb),
         "--disk-mb", str(limits.disk_mb),

@@ -99,6 +99,8 @@ class RunOutcome:
     died: bool = False
     hung: bool = False
     over_budget: bool = False  # the submission's wall-clock budget ran out
+    exceeded: list[str] = field(default_factory=list)  # bounds hit: memory-limit, pids-limit,
+    # message-too-large (see tpp.grading.bounds and kernelspec.FastStartClient)
     reason: str = ""
     duration_s: float = 0.0
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -166,6 +168,7 @@ def run_cells(
     failed: set[str] = set()
     retried: set[object] = set()
     failures: list[tuple[str, str]] = []
+    hits: list[str] = []
     pos, restarts = 0, 0
     while pos < n:
         replay = [
@@ -177,7 +180,7 @@ def run_cells(
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
         stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups,
-                               deadline)  # fmt: skip
+                               deadline, hits)  # fmt: skip
         if event is None:
             break
         kind, reason = event
@@ -206,6 +209,7 @@ def run_cells(
     result.hung = any(k == "hung" for k, _ in failures)
     result.over_budget = any(k == "budget" for k, _ in failures)
     result.reason = failures[0][1] if failures else ""
+    result.exceeded = sorted(set(hits))
     result.duration_s = time.monotonic() - start
     result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
     return result
@@ -220,6 +224,7 @@ def _session(
     outcomes: list[CellOutcome],
     groups: list[str | None] | None = None,
     deadline: float = math.inf,
+    hits: list[str] | None = None,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
@@ -229,7 +234,10 @@ def _session(
     ``groups[index]`` timed out (and was interrupted) or raised ``MemoryError``, and that
     question is over; the kernel is not trusted with the next question (memory may still be
     held, threads left running), so the session ends at the last cell of that question.
+    The bounds the sandbox hit (``memory-limit``, ``pids-limit``, ``message-too-large``) are
+    appended to ``hits``.
     """
+    hits = hits if hits is not None else []
     groups = groups if groups is not None else [None] * len(nb.cells)
     tainted: str | None = None
     budget = ("budget", f"the submission's time budget of {limits.budget_s:g} s ran out "
@@ -371,7 +379,9 @@ def _session(
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:
         if group is not None:
-            if event is not None and event[0] == "died" and group.out_of_memory():
+            hit = group.exceeded()
+            hits.extend(hit)
+            if event is not None and event[0] == "died" and "memory-limit" in hit:
                 event = ("died", f"the sandbox reached its memory limit of {limits.memory_mb} MiB")
             group.close()
         _kill_tree(pids)
