@@ -70,13 +70,17 @@ def detect() -> tuple[str, str]:
     return "", "no writable cgroup (v2 controllers or v1 memory, pids, cpu)"
 
 
-def describe() -> str:
-    """One line for the run's summary: how the sandbox is bounded."""
+def describe(requested: bool = True) -> str:
+    """One line for the run's summary when the sandbox is not bounded as a whole ("" when a
+    cgroup bounds it): why, and what holds instead."""
     mode, why = detect()
-    disk = "" if os.getuid() == 0 else "; the kernel's shared folder is on the host disk"
-    if mode:
+    if mode and requested:
         return ""
-    return f"memory/processes bounded per process only ({why}){disk}"
+    if not requested:
+        why = "--no-cgroups"
+    disk = "" if os.getuid() == 0 else "; the kernel's shared folder is on the host disk"
+    return (f"memory, processes and CPU bounded per kernel process only ({why}: rlimits "
+            f"RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU){disk}")
 
 
 # Address space a kernel needs beyond the memory it uses: with numpy imported, an idle kernel

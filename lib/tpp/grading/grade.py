@@ -14,6 +14,9 @@ One row per submission, always. A row's ``status`` is one of
   (every entry of the submissions gets exactly one row);
 - ``too-large``: over the notebook size, cell count or source length caps (before parsing);
 - ``setup-failed``: a setup cell of the master raised (the environment, not the answers);
+- ``memory-limit``, ``pids-limit``: the sandbox's cgroup bound (``--memory-mb``, ``--nproc``)
+  was hit, forked children included (:mod:`tpp.grading.bounds`); the other questions count;
+- ``message-too-large``: a kernel message over ``--max-message-mb`` was dropped;
 - ``wrong-assignment``: the notebook says it belongs to another assignment;
 - ``grader-error``: a bug in the grader (reported, never hidden).
 
@@ -70,6 +73,9 @@ STATUSES = (
     "wrong-assignment",
     "setup-failed",
     "too-large",
+    "memory-limit",
+    "pids-limit",
+    "message-too-large",
     "grader-error",
 )
 # rows that a re-run grades again (never reused as "already graded")
@@ -97,7 +103,7 @@ class GradeOptions:
     max_notebook_mb: float = 10.0  # largest submission file
     max_cells: int = 2_000  # most cells per submission
     max_source_chars: int = 200_000  # longest cell source
-    cgroups: bool = False  # bound each sandbox with a cgroup (opt-in: see the instructors' page)
+    cgroups: bool = True  # bound each sandbox with a cgroup where the machine gives one
 
     def limits(self) -> Limits:
         if self.timeout <= 0:
@@ -119,6 +125,10 @@ class GradeOptions:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0: pass "
                                  f"--{name.replace('_', '-').removesuffix('-s')} with a positive "
                                  "value (see tpp grade --help)")  # fmt: skip
+        cgroup = bounds.detect()[0] if self.cgroups and use_box else ""
+        if cgroup and self.nproc <= bounds.START_TASKS:
+            raise ValueError(f"nproc={self.nproc} counts threads too, and a kernel starts with "
+                             f"{bounds.START_TASKS}: pass --nproc 32 or more")  # fmt: skip
         return Limits(
             timeout=self.timeout,
             memory_mb=self.memory_mb,
@@ -129,7 +139,7 @@ class GradeOptions:
             disk_mb=self.disk_mb,
             nproc=self.nproc,
             cpus=self.cpus,
-            cgroup=bounds.detect()[0] if self.cgroups and use_box else "",
+            cgroup=cgroup,
             max_message_mb=self.max_message_mb,
             max_notebook_mb=self.max_notebook_mb,
             max_cells=self.max_cells,
@@ -293,8 +303,7 @@ def _grade_items(
     rows: dict[str, dict[str, Any]] = {}
     todo: list[Item] = []
     summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
-                      bounded="" if limits.cgroup else bounds.describe()
-                      or "memory/processes bounded per process only (pass --cgroups)")
+                      bounded="" if limits.cgroup else bounds.describe(options.cgroups))
     for it in items:
         row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried

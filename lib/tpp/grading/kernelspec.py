@@ -169,12 +169,47 @@ class FastStartClient(AsyncKernelClient):
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
-        grader allocates or deserialises them (the peer is disconnected; the cell times out)."""
+        grader allocates or deserialises them (the peer is disconnected, and reconnects).
+        A monitor on the socket records each such disconnection (:meth:`dropped`)."""
         import zmq
 
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_bytes))  # new sockets
         self.context.setsockopt(zmq.RCVHWM, 64)
-        return super()._create_connected_socket(channel, identity)
+        sock = super()._create_connected_socket(channel, identity)
+        try:
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        except zmq.ZMQError:  # pragma: no cover - libzmq without monitors
+            return sock
+        self.__dict__.setdefault("_tpp_monitors", []).append(zmq.Socket.shadow(mon.underlying))
+        self.__dict__.setdefault("_tpp_keep", []).append(mon)  # the shadow does not own it
+        return sock
+
+    def dropped(self) -> int:
+        """How many times a channel was disconnected so far: ZeroMQ drops the connection of a
+        message over ``max_message_bytes`` (a kernel that dies ends the run otherwise)."""
+        import zmq
+        from zmq.utils.monitor import parse_monitor_message
+
+        seen = self.__dict__.get("_tpp_dropped", 0)
+        for mon in self.__dict__.get("_tpp_monitors", []):
+            while True:
+                try:
+                    frames = mon.recv_multipart(zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    break
+                if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
+                    seen += 1
+        self.__dict__["_tpp_dropped"] = seen
+        return seen
+
+    def stop_channels(self) -> None:
+        for mon in self.__dict__.pop("_tpp_keep", []):
+            try:
+                mon.close(linger=0)
+            except Exception:  # noqa: BLE001 - closing a monitor must not fail a shutdown
+                pass
+        self.__dict__.pop("_tpp_monitors", None)
+        super().stop_channels()
 
 
 def _message_size(msg: dict[str, Any]) -> int:

@@ -288,13 +288,25 @@ def _session(
         log=_LOG,
     )
     client.on_cell_executed = on_executed
+    drops_seen: dict[int, int] = {}
+
+    def dropped() -> bool:
+        """True if ZeroMQ dropped a kernel message over the cap since the last call."""
+        kc = client.kc
+        count = kc.dropped() if hasattr(kc, "dropped") else 0
+        new = count > drops_seen.get(id(kc), 0)
+        drops_seen[id(kc)] = count
+        if new:
+            hits.append("message-too-large")
+        return new
+
     pids: list[psutil.Process] = []
     pgid: int | None = None
     group = None
     if limits.cgroup:
         try:
             group = bounds.Group(limits.cgroup, limits.memory_mb, limits.nproc, limits.cpus)
-        except OSError as exc:  # the run says so; the rlimits still hold
+        except (OSError, ValueError) as exc:  # the run says so; the rlimits still hold
             _LOG.warning("no cgroup for this kernel: %s", exc)
     FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
     kernel: psutil.Process | None = None
@@ -346,7 +358,7 @@ def _session(
                     pids = _descendants(kernel)
                     break
                 except CellTimeoutError:
-                    outcomes[i] = CellOutcome("timeout")
+                    outcomes[i] = CellOutcome("timeout", "message-too-large" if dropped() else "")
                     if deadline - time.monotonic() <= 0.5:
                         event = budget
                         pids = _descendants(kernel)
@@ -357,6 +369,7 @@ def _session(
                         break
                     tainted = groups[i] or tainted
                     continue
+                dropped()  # the output lost, the cell finished: the row still says so
                 reply = replies.pop(i, {})
                 if reply.get("status") == "error":
                     if reply.get("ename") == "MemoryError":
