@@ -95,7 +95,12 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     loud = dict(CORRECT, **{"a-q1": "print('y' * 3_000_000)\n" + CORRECT["a-q1"]})
     row = grade_submission(_write(demo, "loud", loud), demo["master"], ref, limits)
+    # the true reason, not "timeout": ZeroMQ dropped the message (and the connection)
+    assert row["status"] == "message-too-large", row
+    assert "over 1 MiB" in row["reason"] and "exceeded" not in row["reason"], row
     assert row["questions"]["q1"]["result"] in ("correct", "timeout"), row
+    if row["questions"]["q1"]["result"] == "timeout":
+        assert "over 1 MiB" in row["questions"]["q1"]["detail"], row
     assert row["questions"]["q2"]["result"] == "correct", row
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from tpp.grading import bounds, sandbox
 from tpp.grading.inputs import Item, collect, safe_name
+from tpp.grading.limits import Limits
 from tpp.grading.notebook import Master, find_masters, parse_master
 from tpp.grading.reference import (  # noqa: F401 - re-exported
     compute_reference,
@@ -52,8 +53,7 @@ from tpp.grading.reference import (  # noqa: F401 - re-exported
     reference_key,
 )
 from tpp.grading.report import atomic_write, feedback_markdown, fmt, write_outputs
-from tpp.grading.rows import clip, empty_row, grade_submission
-from tpp.grading.run import Limits
+from tpp.grading.rows import clip, grade_submission, make_row
 from tpp.grading.submission import (
     Rejected,
     parameters_of,
@@ -243,7 +243,7 @@ class _References:
 
 def _grade_item(item: Item, master: Master, refs: _References) -> dict[str, Any]:
     if item.path is None:
-        row = empty_row(item.student, item.file, master, item.status or "invalid-notebook",
+        row = make_row(item.student, item.file, master, item.status or "invalid-notebook",
                         item.reason)  # fmt: skip
     else:
         row = grade_submission(item.path, master, refs, refs.limits, item.student, item.file)
@@ -348,7 +348,7 @@ def _grade_items(
             )
 
     def failed(it: Item, why: str) -> dict[str, Any]:
-        return empty_row(it.student, it.file, master, "grader-error", why)
+        return make_row(it.student, it.file, master, "grader-error", why)
 
     if options.workers == 1 or len(todo) <= 1:
         for it in todo:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nbformat
 from jupyter_client.asynchronous import AsyncKernelClient
@@ -22,9 +22,7 @@ from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 
 from tpp.grading import bounds, sandbox
-
-if TYPE_CHECKING:
-    from tpp.grading.run import Limits
+from tpp.grading.limits import Limits
 
 KERNEL_NAME = "tpp-grader"
 _SPEC_DIRS: dict[tuple, Path] = {}

@@ -24,7 +24,7 @@ from tpp.grading.submission import (
 )
 
 if TYPE_CHECKING:
-    from tpp.grading.run import Limits
+    from tpp.grading.limits import Limits
 
 RESULTS = ("correct", "incorrect", "not-attempted", "missing", "error", "timeout",
            "kernel-died", "not-run")  # fmt: skip
@@ -153,11 +153,6 @@ def make_row(student: str, file: str, master: Master, status: str, reason: str,
     return row
 
 
-def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:
-    """A row for a submission that was not run (see :func:`make_row`)."""
-    return make_row(student, file, master, status, reason)
-
-
 # A bound of the sandbox that was hit names the row's status (tpp.grading.bounds): the most
 # telling first. The other questions keep their points.
 BOUND_WORDS = {
@@ -187,12 +182,12 @@ def grade_submission(
     try:
         row = _grade(path, student, file, master, reference, limits)
     except Rejected as rej:
-        row = empty_row(student, file, master, rej.status, rej.reason)
+        row = make_row(student, file, master, rej.status, rej.reason)
     except OSError as exc:
-        row = empty_row(student, file, master, "invalid-notebook",
+        row = make_row(student, file, master, "invalid-notebook",
                         f"cannot read the file ({type(exc).__name__})")  # fmt: skip
     except Exception as exc:  # a grader bug must become a row, not a crash
-        row = empty_row(student, file, master, "grader-error",
+        row = make_row(student, file, master, "grader-error",
                         f"{type(exc).__name__}: {str(exc)[:200]}")  # fmt: skip
     row["duration_s"] = round(time.monotonic() - start, 3)
     return row
