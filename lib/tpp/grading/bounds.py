@@ -234,3 +234,72 @@ def join(env_value: str) -> None:
     for procs in filter(None, env_value.split(":")):
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
+
+
+class DiskWatch:
+    """Where the kernel's shared folder cannot be a ``tmpfs`` (the grader is not root), a
+    thread that bounds it instead: every :attr:`PERIOD_S` it adds up the blocks the folder's
+    files hold (sparse files count what they use) and their number; past ``disk_mb`` MiB or
+    :attr:`MAX_ENTRIES` entries it kills the sandbox (``kill``: the PID namespace dies with its
+    init) and deletes the files. Between two looks a kernel can write at most what its disk
+    writes in :attr:`PERIOD_S`, and no file exceeds ``RLIMIT_FSIZE`` (``--file-mb``)."""
+
+    PERIOD_S = 0.05
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, folder: Path, disk_mb: int, keep: tuple[str, ...] = ()) -> None:
+        import threading
+
+        self.folder, self.limit = folder, int(disk_mb) * 2**20
+        self.keep = set(keep)  # names the grader wrote (connection file): never deleted
+        self.pid: int | None = None
+        self.hit = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tpp-disk-watch", daemon=True)
+        self._thread.start()
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes held, entries) under the folder, without following links."""
+        total = entries = 0
+        stack = [str(self.folder)]
+        while stack and entries <= self.MAX_ENTRIES:
+            try:
+                it = os.scandir(stack.pop())
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    entries += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        return total, entries
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD_S):
+            size, entries = self.usage()
+            if size > self.limit or entries > self.MAX_ENTRIES:
+                self.hit = True
+                if self.pid is not None:
+                    try:
+                        os.kill(self.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                self._purge()
+
+    def _purge(self) -> None:
+        for root, _dirs, files in os.walk(self.folder, topdown=False):
+            for name in files:
+                if name not in self.keep:
+                    try:
+                        os.unlink(os.path.join(root, name))
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -16,6 +16,8 @@ One row per submission, always. A row's ``status`` is one of
 - ``setup-failed``: a setup cell of the master raised (the environment, not the answers);
 - ``memory-limit``, ``pids-limit``: the sandbox's cgroup bound (``--memory-mb``, ``--nproc``)
   was hit, forked children included (:mod:`tpp.grading.bounds`); the other questions count;
+- ``disk-limit``: without root the kernel's shared folder is on the host disk, bounded by a
+  watchdog (:class:`tpp.grading.bounds.DiskWatch`): it reached ``--disk-mb``;
 - ``message-too-large``: a kernel message over ``--max-message-mb`` was dropped;
 - ``wrong-assignment``: the notebook says it belongs to another assignment;
 - ``grader-error``: a bug in the grader (reported, never hidden).
@@ -75,6 +77,7 @@ STATUSES = (
     "too-large",
     "memory-limit",
     "pids-limit",
+    "disk-limit",
     "message-too-large",
     "grader-error",
 )

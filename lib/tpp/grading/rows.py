@@ -158,6 +158,7 @@ def make_row(student: str, file: str, master: Master, status: str, reason: str,
 BOUND_WORDS = {
     "memory-limit": "the sandbox reached its memory limit of {memory_mb} MiB (--memory-mb)",
     "pids-limit": "the sandbox reached its limit of {nproc} processes and threads (--nproc)",
+    "disk-limit": "the kernel's shared folder reached {disk_mb} MiB (--disk-mb)",
     "message-too-large": "the kernel sent a message over {max_message_mb} MiB "
                          "(--max-message-mb); it was dropped",
 }
@@ -326,7 +327,8 @@ def _grade(
     elif getattr(outcome, "exceeded", None):
         status = next(b for b in BOUND_WORDS if b in outcome.exceeded)
         reason = BOUND_WORDS[status].format(memory_mb=limits.memory_mb, nproc=limits.nproc,
-                                            max_message_mb=limits.max_message_mb) + where
+                                            max_message_mb=limits.max_message_mb,
+                                            disk_mb=limits.disk_mb) + where
     elif outcome.died:
         status = "kernel-died"
         reason = outcome.reason + where

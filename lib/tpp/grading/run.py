@@ -285,6 +285,8 @@ def _session(
         except (OSError, ValueError) as exc:  # the run says so; the rlimits still hold
             _LOG.warning("no cgroup for this kernel: %s", exc)
     FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
+    # the shared folder on the host disk (no root: no tmpfs): a watchdog bounds it instead
+    watch = None if _is_tmpfs(shared) else bounds.DiskWatch(shared, limits.disk_mb)
     kernel: psutil.Process | None = None
     stop, event = -1, None
     finished = False
@@ -299,6 +301,8 @@ def _session(
                 kernel = psutil.Process(kernel_pid) if kernel_pid else None
             except psutil.Error:
                 kernel = None
+            if watch is not None:
+                watch.pid = kernel_pid
             for j in replay:
                 if cell_timeout() is None:
                     return -1, budget
@@ -367,6 +371,12 @@ def _session(
     except RuntimeError as exc:  # the kernel did not start
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:
+        if watch is not None:
+            watch.close()
+            if watch.hit:
+                hits.append("disk-limit")
+                if event is not None and event[0] == "died":
+                    event = ("died", f"the kernel's shared folder reached {limits.disk_mb} MiB")
         if group is not None:
             hit = group.exceeded()
             hits.extend(hit)
@@ -382,6 +392,20 @@ def _session(
             except OSError:
                 pass
     return stop, event
+
+
+def _is_tmpfs(path: Path) -> bool:
+    """True if ``path`` is the root of a ``tmpfs`` (the grader mounted one for the kernel)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                parts = line.split()
+                sep = parts.index("-")
+                if parts[4] == os.path.realpath(path) and parts[sep + 1] == "tmpfs":
+                    return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:
