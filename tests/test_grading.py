@@ -459,8 +459,9 @@ def test_processes_started_by_the_student_are_killed(batch):
 def test_a_kernel_left_without_memory_costs_only_its_question(batch):
     row = _row(batch, "memory_filled")
     assert row["points"] == {"q1": 0, "q2": 3, "q3": 1}, row
-    # depending on the machine the full kernel errors at once or hangs (then: timeout)
-    assert row["status"] in ("graded", "timeout"), row
+    # depending on the machine the full kernel errors at once or hangs (then: timeout); under
+    # a cgroup (root) the filled pages are resident: the OOM killer ends it at the bound
+    assert row["status"] in ("graded", "timeout", "memory-limit"), row
     _expect(batch, "memory_error_sticky", "graded", {"q1": 0, "q2": 3, "q3": 1})
 
 

@@ -5,7 +5,9 @@ memory, processes and CPU in a control group of its own.
   ``tmpfs`` of ``Limits.disk_mb`` mounted by the grader (root) on the host, and the sandbox's
   ``work/`` and ``/tmp`` are ``tmpfs`` of the same size inside it (:mod:`tpp.grading.sandbox`):
   a kernel that fills them fills only its own, never the host disk. Without root the shared
-  folder stays on the host disk (``RLIMIT_FSIZE`` bounds each file): :func:`describe` says so.
+  folder stays on the host disk (the grader must reach its sockets and answers files, so it
+  cannot be a mount of the sandbox's own): :class:`DiskWatch` bounds it instead, and
+  ``RLIMIT_FSIZE`` bounds each file; :func:`describe` says so.
 - **Memory, processes, CPU**: every process of the sandbox is in one cgroup (v2 where the
   machine offers its controllers, else v1 ``memory``, ``pids``, ``cpu``), joined by the launcher
   before it starts ``bwrap``: ``memory.max`` / ``memory.limit_in_bytes`` = ``memory_mb``,
