@@ -80,7 +80,7 @@ def describe(requested: bool = True) -> str:
         return ""
     if not requested:
         why = "--no-cgroups"
-    disk = "" if os.getuid() == 0 else "; the kernel's shared folder is on the host disk"
+    disk = "" if os.getuid() == 0 else "; the kernel's shared folder on the host disk, watched"
     return (f"memory, processes and CPU bounded per kernel process only ({why}: rlimits "
             f"RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU){disk}")
 
