@@ -65,6 +65,8 @@ def test_cgroups_are_the_default_where_the_machine_gives_them(cgroup):
     assert GradeOptions(cgroups=False).limits().cgroup == ""
     with pytest.raises(ValueError, match="counts threads"):
         GradeOptions(nproc=bounds.START_TASKS).limits()
+    with pytest.raises(ValueError, match="--memory-mb 384"):
+        GradeOptions(memory_mb=bounds.MIN_MEMORY_MB - 1).limits()
 
 
 @pytest.mark.slow

@@ -91,6 +91,9 @@ def describe(requested: bool = True) -> str:
 # memory of the whole sandbox, page cache and tmpfs included); RLIMIT_AS only keeps a single
 # huge allocation a MemoryError, so it gets this headroom instead of being the bound itself.
 ADDRESS_HEADROOM_MB = 1024
+# The least --memory-mb a kernel starts with: ~290 MiB of address space at start-up (numpy
+# imported, MALLOC_ARENA_MAX=2), the bound of a process where no cgroup is writable.
+MIN_MEMORY_MB = 384
 # Tasks (processes and threads) of a sandbox at start-up: bwrap (2), the kernel's 11 threads.
 START_TASKS = 13
 

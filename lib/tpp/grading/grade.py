@@ -128,6 +128,10 @@ class GradeOptions:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0: pass "
                                  f"--{name.replace('_', '-').removesuffix('-s')} with a positive "
                                  "value (see tpp grade --help)")  # fmt: skip
+        if self.memory_mb < bounds.MIN_MEMORY_MB:
+            raise ValueError(f"memory_mb={self.memory_mb}: a kernel with numpy needs about "
+                             f"{bounds.MIN_MEMORY_MB} MiB to start (address space): pass "
+                             f"--memory-mb {bounds.MIN_MEMORY_MB} or more")  # fmt: skip
         cgroup = bounds.detect()[0] if self.cgroups and use_box else ""
         if cgroup and self.nproc <= bounds.START_TASKS:
             raise ValueError(f"nproc={self.nproc} counts threads too, and a kernel starts with "
