@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-run limits: seconds per cell, kernel address space (MiB), CPU seconds, output bytes;
+    """Per-run limits: seconds per cell, memory (MiB: of the sandbox under a cgroup, else the
+    address space of each kernel process), CPU seconds, output bytes;
     whether the kernel runs under :mod:`tpp.grading.guard`, and the folders it must not read."""
 
     timeout: float = 30.0
