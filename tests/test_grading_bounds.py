@@ -164,3 +164,28 @@ def test_a_kernel_filling_a_shared_folder_on_the_host_disk_gets_a_disk_limit_row
     assert row["questions"]["q2"]["result"] == "correct", row  # the other questions count
     honest = grade_submission(_write(demo, "honest", CORRECT), demo["master"], ref, limits)
     assert honest["status"] == "graded" and honest["total"] == honest["max"], honest
+
+
+def test_the_instructors_page_documents_every_bound_and_status():
+    """Each status a row can have, and each bound option of ``tpp grade``, has its line in
+    the instructors' page (option, default, what happens when exceeded)."""
+    import argparse
+    from pathlib import Path
+
+    from tpp import cli
+    from tpp.grading.grade import STATUSES
+
+    page = (Path(__file__).resolve().parents[1] / "chapters" / "instructors.md").read_text()
+    table = {line.split("|")[1].strip() for line in page.splitlines() if line.startswith("| `")}
+    missing = [s for s in STATUSES if f"`{s}`" not in table]
+    assert not missing, f"statuses without a row in the page's table: {missing}"
+    parser = cli.build_parser()
+    grade = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    opts = [o for a in grade.choices["grade"]._actions for o in a.option_strings
+            if a.dest in ("budget", "disk_mb", "nproc", "cpus", "cgroups", "max_message_mb",
+                          "max_notebook_mb", "max_cells", "max_source_chars", "memory_mb",
+                          "cpu_seconds", "timeout") and o.startswith("--")]  # fmt: skip
+    assert len(opts) >= 12
+    undocumented = [o for o in opts if not any(cell.startswith((f"`{o} ", f"`{o}`"))
+                                               or f"`{o}`" in cell for cell in table)]  # fmt: skip
+    assert not undocumented, f"bound options without a row in the page's table: {undocumented}"
