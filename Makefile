@@ -60,21 +60,27 @@ $(VENV)/.installed-%: pyproject.toml
 	touch $@
 
 ## The static site, executed and built strictly: any warning, broken reference or raising cell fails.
+## The chapters are executed in parallel first (_ext/tpp_execute.py; TPP_BUILD_JOBS=1: one at a
+## time); _ext/quick_start.py spares jupyter-book a slow import that it does not use.
 ## It also packs the course for a reader of the site alone (_build/html/tpp-course.zip: the
 ## notebooks and the tpp wheel, see _ext/tpp_book.py).
 book: $(BOOK_STAMP)
-	TPP_REQUIRE_TORCH=1 $(BIN)/jupyter-book build . -W -n --keep-going
+	TPP_REQUIRE_TORCH=1 $(BIN)/python _ext/quick_start.py $(BIN)/jupyter-book build . -W -n --keep-going
 
 ## One PDF of the whole book: the single-page HTML build printed by the machine's Chromium.
 pdf: $(BOOK_STAMP)
-	TPP_REQUIRE_TORCH=1 $(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
+	TPP_REQUIRE_TORCH=1 $(BIN)/python _ext/quick_start.py $(BIN)/jupyter-book build . --builder singlehtml -W -n --keep-going
 	$(BIN)/python _ext/print_pdf.py _build/singlehtml/intro.html _build/pdf/book.pdf
 
 ## The whole test suite: library, grader, notebooks (solutions run top to bottom; a chapter is
 ## checked from the book build's execution in _build/.jupyter_cache when that is current, and
 ## run top to bottom otherwise: tests/nbcache.py), site.
+## Temporary files go to a folder of this run only: under the shared /tmp/pytest-of-USER, another
+## user's pytest session on the same machine deletes older sessions' folders while tests use them.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 tests chapters solutions
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/tpp-pytest-XXXXXX"); \
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 \
+	  --basetemp="$$tmp" tests chapters solutions; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 ## Strip outputs from notebooks when git stages them (a clean filter, see .gitattributes), so that
 ## running a chapter in JupyterLab never puts outputs into a commit. Cell ids are kept (--keep-id):

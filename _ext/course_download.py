@@ -13,6 +13,7 @@ and open it. Nothing here needs the network except ``pip`` fetching the wheel's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -105,11 +106,42 @@ def readme(root: Path) -> str:
     )
 
 
-def pack(root: Path, out: Path) -> Path:
-    """Write the course's zip to ``out`` (see the module's docstring for its contents)."""
+def wheel_key(root: Path) -> str:
+    """A hash of what the wheel is built from: pyproject.toml, README.md, LICENSE, lib/."""
+    h = hashlib.sha256()
+    files = [root / n for n in ("pyproject.toml", "README.md", "LICENSE")]
+    files += sorted(p for p in (root / "lib").rglob("*") if p.is_file()
+                    and "__pycache__" not in p.parts and ".egg-info" not in str(p)
+                    and p.suffix != ".pyc")
+    for path in files:
+        if path.exists():
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def cached_wheel(root: Path, store: Path) -> Path:
+    """The wheel of this version of the library: built once (:func:`build_wheel`) into
+    ``store/<hash>/`` and reused by every later build until pyproject.toml, README.md, LICENSE
+    or lib/ change (a warm rebuild of the book then skips pip)."""
+    folder = store / wheel_key(root)
+    wheel = folder / wheel_name(root)
+    if wheel.is_file():
+        return wheel
+    shutil.rmtree(store, ignore_errors=True)  # one version kept
+    partial = store / f"{folder.name}.partial"
+    partial.mkdir(parents=True)
+    build_wheel(root, partial)
+    partial.rename(folder)
+    return wheel
+
+
+def pack(root: Path, out: Path, wheel_store: Path | None = None) -> Path:
+    """Write the course's zip to ``out`` (see the module's docstring for its contents); with
+    ``wheel_store``, the wheel comes from :func:`cached_wheel`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tpp-course-") as tmp:
-        wheel = build_wheel(root, Path(tmp))
+        wheel = (cached_wheel(root, wheel_store) if wheel_store is not None
+                 else build_wheel(root, Path(tmp)))
         partial = out.with_suffix(".partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(f"{FOLDER}/README.txt", readme(root))
@@ -125,7 +157,8 @@ def write_course_zip(app, exception) -> None:
     """``build-finished``: the zip next to the HTML pages (HTML builders only)."""
     if exception is not None or app.builder.format != "html" or app.builder.name == "singlehtml":
         return
-    out = pack(Path(app.srcdir), Path(app.outdir) / ZIP_NAME)
+    out = pack(Path(app.srcdir), Path(app.outdir) / ZIP_NAME,
+               wheel_store=Path(app.outdir).parent / ".tpp_wheel")
     from sphinx.util import logging
 
     logging.getLogger(__name__).info(f"the course's download: {out}")

@@ -17,8 +17,12 @@ forms :func:`tpp.site.explorers.closed_forms` prints with ``sympy.jscode``. The 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from docutils import nodes
@@ -111,10 +115,72 @@ def write_data(outdir: Path, names=None) -> dict[str, int]:
     return sizes
 
 
+# --------------------------------------------------- the data, computed once per library version
+# The tables take minutes (the memory explorer evaluates the planner on 4,608 layouts) and depend
+# only on the library and this file: they are computed once per version of those, in a separate
+# process started when the build starts (so that it runs beside the chapters' execution), kept in
+# _build/.tpp_explorers/<hash>/ and copied into every HTML build of that version.
+_BACKGROUND: dict[str, subprocess.Popen] = {}
+
+
+def data_key() -> str:
+    """A hash of what the data depend on: every file of the ``tpp`` package and this file."""
+    lib = Path(_explorers().__file__).parent
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted(lib.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(lib)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def _store(app) -> Path:
+    return Path(app.outdir).parent / ".tpp_explorers"
+
+
+def _start_data(app) -> None:
+    """``builder-inited``: start computing the data of this library version if none is stored."""
+    if app.builder.format != "html":
+        return
+    key = data_key()
+    done = _store(app) / key
+    if (done / "COMPLETE").exists() or key in _BACKGROUND:
+        return
+    staging = _store(app) / f"{key}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    log = (staging / "log.txt").open("w")
+    _BACKGROUND[key] = subprocess.Popen([sys.executable, __file__, str(staging)], stdout=log,
+                                        stderr=subprocess.STDOUT, cwd=app.srcdir)
+
+
+def _finish_data(app) -> Path:
+    """The folder holding this version's data: waits for (or, if it failed, redoes in this
+    process, so that its error stops the build) the computation started at ``builder-inited``."""
+    key = data_key()
+    store = _store(app)
+    done = store / key
+    if (done / "COMPLETE").exists():
+        return done
+    staging = store / f"{key}.partial"
+    proc = _BACKGROUND.pop(key, None)
+    if proc is None or proc.wait() != 0 or not (staging / DATA_DIR).is_dir():
+        shutil.rmtree(staging, ignore_errors=True)
+        write_data(staging)  # raises here, with the library's own error
+    (staging / "COMPLETE").write_text(key + "\n")
+    for old in store.iterdir():  # one version kept
+        if old.name != f"{key}.partial":
+            shutil.rmtree(old, ignore_errors=True)
+    staging.rename(done)
+    return done
+
+
 def _build_finished(app, exc) -> None:
     if exc is not None or app.builder.format != "html":
+        for proc in _BACKGROUND.values():
+            proc.kill()
         return
-    write_data(Path(app.outdir))
+    shutil.copytree(_finish_data(app) / DATA_DIR, Path(app.outdir) / DATA_DIR,
+                    dirs_exist_ok=True)
 
 
 def _page_context(app, pagename, templatename, context, doctree) -> None:
@@ -131,6 +197,11 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     app.add_directive("tpp-explorer", ExplorerDirective)
+    app.connect("builder-inited", _start_data)
     app.connect("html-page-context", _page_context)
     app.connect("build-finished", _build_finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":  # the background computation: python tpp_explorers.py FOLDER
+    write_data(Path(sys.argv[1]))

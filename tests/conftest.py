@@ -65,6 +65,8 @@ def browser():
     except ImportError:
         missing("playwright is not installed (pip install -e '.[dev]')")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        # a busy machine can be slow to start Chromium: wait 3 minutes, not playwright's 30 s
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"],
+                              timeout=180_000)
         yield b
         b.close()

@@ -95,7 +95,12 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     loud = dict(CORRECT, **{"a-q1": "print('y' * 3_000_000)\n" + CORRECT["a-q1"]})
     row = grade_submission(_write(demo, "loud", loud), demo["master"], ref, limits)
+    # the true reason, not "timeout": ZeroMQ dropped the message (and the connection)
+    assert row["status"] == "message-too-large", row
+    assert "over 1 MiB" in row["reason"] and "exceeded" not in row["reason"], row
     assert row["questions"]["q1"]["result"] in ("correct", "timeout"), row
+    if row["questions"]["q1"]["result"] == "timeout":
+        assert "over 1 MiB" in row["questions"]["q1"]["detail"], row
     assert row["questions"]["q2"]["result"] == "correct", row
 
 
@@ -115,3 +120,72 @@ def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
     finally:
         sub.assigned_names = real
     assert found == {} and len(calls) <= len(demo["master"].cells)  # the master's own only
+
+
+@pytest.mark.slow
+def test_numpy_imports_at_600_mib_of_address_space(bwrap, tmp_path):
+    """Before: a kernel at ``--memory-mb 600`` could not import numpy (the stale-reference
+    finding): glibc's per-thread malloc arenas put an idle kernel at ~745 MiB of address
+    space. With at most 2 arenas it holds ~290 MiB, and numpy imports under RLIMIT_AS alone."""
+    from tpp.grading.run import run_cells, startup_wait
+
+    (tmp_path / "work").mkdir()
+    out = run_cells(["import numpy\nassert numpy.ones(3).sum() == 3"], tmp_path / "work",
+                    Limits(timeout=startup_wait(30), memory_mb=600, cgroup=""))  # fmt: skip
+    assert out.cells[0].status == "ok", (out.cells[0], out.reason)
+
+
+DISK_FILL = (
+    "import os\n"
+    "shared = os.path.dirname(os.getcwd())\n"
+    "for k in range(64):\n"
+    "    with open(os.path.join(shared, f'fill{k}'), 'wb') as fh:\n"
+    "        fh.write(b'x' * 2**20)\n"
+    "n_allreduce_fwd = 1\n"
+)
+
+
+@pytest.mark.slow
+def test_a_kernel_filling_a_shared_folder_on_the_host_disk_gets_a_disk_limit_row(
+    demo, bwrap, monkeypatch
+):
+    """Without root the shared folder cannot be a tmpfs (as here when the mount is refused):
+    a watchdog bounds it, kills the filling sandbox, deletes its files; the row says
+    ``disk-limit`` and an honest student graded next is unaffected."""
+    import tpp.grading.bounds as bounds
+
+    monkeypatch.setattr(bounds, "mount_tmpfs", lambda path, size_mb: False)  # as unprivileged
+    limits = Limits(timeout=15, disk_mb=16, guard=False)
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    row = grade_submission(_write(demo, "filler", dict(CORRECT, **{"a-q1": DISK_FILL})),
+                           demo["master"], ref, limits)  # fmt: skip
+    assert row["status"] == "disk-limit" and "16 MiB" in row["reason"], row
+    assert row["questions"]["q1"]["points"] == 0, row  # 64 MiB never got written
+    assert row["questions"]["q2"]["result"] == "correct", row  # the other questions count
+    honest = grade_submission(_write(demo, "honest", CORRECT), demo["master"], ref, limits)
+    assert honest["status"] == "graded" and honest["total"] == honest["max"], honest
+
+
+def test_the_instructors_page_documents_every_bound_and_status():
+    """Each status a row can have, and each bound option of ``tpp grade``, has its line in
+    the instructors' page (option, default, what happens when exceeded)."""
+    import argparse
+    from pathlib import Path
+
+    from tpp import cli
+    from tpp.grading.grade import STATUSES
+
+    page = (Path(__file__).resolve().parents[1] / "chapters" / "instructors.md").read_text()
+    table = {line.split("|")[1].strip() for line in page.splitlines() if line.startswith("| `")}
+    missing = [s for s in STATUSES if f"`{s}`" not in table]
+    assert not missing, f"statuses without a row in the page's table: {missing}"
+    parser = cli.build_parser()
+    grade = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    opts = [o for a in grade.choices["grade"]._actions for o in a.option_strings
+            if a.dest in ("budget", "disk_mb", "nproc", "cpus", "cgroups", "max_message_mb",
+                          "max_notebook_mb", "max_cells", "max_source_chars", "memory_mb",
+                          "cpu_seconds", "timeout") and o.startswith("--")]  # fmt: skip
+    assert len(opts) >= 12
+    undocumented = [o for o in opts if not any(cell.startswith((f"`{o} ", f"`{o}`"))
+                                               or f"`{o}`" in cell for cell in table)]  # fmt: skip
+    assert not undocumented, f"bound options without a row in the page's table: {undocumented}"

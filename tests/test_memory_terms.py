@@ -305,8 +305,12 @@ def test_planner_layer_weighted_peak_past_steady_state_equals_full_simulation(pp
     chunks = tuple(2 + (c % 3) for c in range(stages))          # uneven chunks
     t_f = tuple(0.5 * n for n in chunks)
     t_b = tuple(1.0 * n for n in chunks)
-    full = estimate._simulate(pp, m, v, t_f, t_b, 0.05, chunks)
+    from tpp.pipeline import schedule, simulate
+
+    res = simulate(schedule("1f1b" if v == 1 else "interleaved", pp, m, v), t_f=list(t_f),
+                   t_b=list(t_b), p2p_latency=0.05)  # the full simulation, all m microbatches
+    full_held, full_inflight = res.peak_activation_bytes(list(chunks)), res.peak_inflight
     fast = estimate._pipeline(pp, m, v, t_f, t_b, 0.05, chunks)
-    assert fast[3] == full[3]
-    assert all(full[3][r] <= full[2][r] * max(chunks[c] for c in range(stages) if c % pp == r)
-               for r in range(pp))
+    assert fast[3] == full_held and fast[2] == full_inflight
+    assert all(full_held[r] <= full_inflight[r] * max(chunks[c] for c in range(stages)
+                                                      if c % pp == r) for r in range(pp))

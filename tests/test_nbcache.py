@@ -62,3 +62,28 @@ def test_problems_named(tmp_path):
 
 def test_library_mtime_sees_sources():
     assert nbcache.library_mtime() >= (nbcache.ROOT / "lib" / "tpp" / "__init__.py").stat().st_mtime
+
+
+def test_pre_execution_runs_a_notebook_and_reports_a_failure(tmp_path, monkeypatch):
+    """_ext/tpp_execute.py: a worker returns the executed notebook, or the traceback of a cell
+    that raised (then nothing is cached and myst-nb runs it again); bad TPP_BUILD_JOBS is a
+    ValueError saying what to set."""
+    import sys
+
+    import pytest
+
+    sys.path.insert(0, str(nbcache.ROOT / "_ext"))
+    import tpp_execute
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    _notebook(good, source="print(6 * 7)")
+    _notebook(bad, source="raise RuntimeError('boom')")
+    path, text, _seconds, tb = tpp_execute.execute_one(str(good), 120, False)
+    assert tb is None and "42" in nbformat.reads(text, as_version=4).cells[1].outputs[0]["text"]
+    path, text, _seconds, tb = tpp_execute.execute_one(str(bad), 120, False)
+    assert text is None and "boom" in tb
+    monkeypatch.setenv("TPP_BUILD_JOBS", "two")
+    with pytest.raises(ValueError, match="TPP_BUILD_JOBS"):
+        tpp_execute.jobs()
+    monkeypatch.setenv("TPP_BUILD_JOBS", "3")
+    assert tpp_execute.jobs() == 3

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpp import models, planner
 from tpp.costs import zero
-from tpp.planner import Layout, evaluate, layers_per_chunk, plan
+from tpp.planner import Layout, chunk_rank, evaluate, layers_per_chunk, plan
 
 LLAMA = models.model("llama3_405b")
 degrees = st.sampled_from([1, 2, 3, 4, 8])
@@ -34,7 +34,7 @@ def test_rank_map_is_a_bijection_with_tp_innermost(tp, cp, dp, pp, data):
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(1, 200), chunks=st.integers(1, 200))
 def test_layer_placement(n, chunks):
-    if chunks > n:
+    if chunks > n + 2:  # more chunks than layers + embedding + head
         with pytest.raises(ValueError, match="use at most"):
             layers_per_chunk(n, chunks)
         return
@@ -45,6 +45,20 @@ def test_layer_placement(n, chunks):
     else:  # embedding and head each take one slot: loads (with them) differ by at most one
         loads = [c[0] + 1] + c[1:-1] + [c[-1] + 1] if chunks > 1 else [c[0] + 2]
         assert max(loads) - min(loads) <= 1
+        assert min(c[1:-1], default=1) >= 1  # only the two end chunks may hold no layer
+
+
+def test_llama3_405b_one_layer_chunks_match_the_paper():
+    # Dubey et al. 2024, Sec. 3.3.2: "the first model chunk on the first stage has only the
+    # embedding, and the last model chunk on the last stage has only output projection and
+    # loss": 128 one-slot chunks, v = 8 on PP = 16 (Megatron: account_for_embedding/loss)
+    c = layers_per_chunk(126, 128)
+    assert c[0] == 0 and c[-1] == 0 and set(c[1:-1]) == {1}
+    per_rank = [sum(c[k] for k in range(128) if chunk_rank(k, 16) == r) for r in range(16)]
+    assert per_rank == [7] + [8] * 14 + [7]
+    assert planner.max_chunks(126) == 128
+    with pytest.raises(ValueError, match="use at most 128 chunks"):
+        layers_per_chunk(126, 129)
 
 
 def test_llama3_405b_placement_matches_the_paper():
@@ -61,12 +75,12 @@ def _ev(lay, **kw):
 @pytest.mark.parametrize("lay, kw, words", [
     (Layout(tp=16, pp=16, dp=64), {}, "larger than a node"),
     (Layout(tp=3, pp=16, dp=64), {}, "does not divide the 128 attention heads"),
-    (Layout(tp=8, pp=128, dp=16), {}, "more stages than layers"),
+    (Layout(tp=8, pp=256, dp=8), {}, "more stages than the layers plus the embedding"),
     (Layout(tp=8, pp=16, dp=100), {}, "does not split into DP=100"),
-    (Layout(tp=8, pp=16, dp=128, virtual=8), {}, "128 pipeline chunks"),
+    (Layout(tp=8, pp=16, dp=128, virtual=9), {}, "144 pipeline chunks"),
     (Layout(tp=8, pp=16, dp=128, virtual=2, microbatch_size=2), {}, "multiple of PP=16"),
     (Layout(tp=8, pp=16, dp=16, cp=3), {}, "CP=3"),
-    (Layout(tp=8, pp=1, dp=1), {"global_batch": 1}, "GB over the 80 GB"),
+    (Layout(tp=8, pp=1, dp=1), {"global_batch": 1}, "GB a process can allocate on a H100 SXM 80GB"),
 ])
 def test_every_rule_is_a_problem_in_words(lay, kw, words):
     est = _ev(lay, **kw)
@@ -134,14 +148,14 @@ def test_plan_returns_fitting_layouts_fastest_first():
     (lambda: Layout(tp=2).coords(2), "rank=2 is not in 0..1"),
     (lambda: Layout(tp=2).rank(tp=2), "tp=2 is not in 0..1"),
     (lambda: Layout().degree("ep"), "axis='ep'"),
-    (lambda: layers_per_chunk(4, 5), "use at most 4 chunks"),
+    (lambda: layers_per_chunk(4, 7), "use at most 6 chunks"),
     (lambda: _ev(Layout(tp=8, pp=16, dp=128), gpus=8192), "not 8192"),
     (lambda: _ev(Layout(tp=8), mfu=0), "mfu=0"),
     (lambda: _ev(Layout(tp=8), seq_len=0), "seq_len=0"),
     (lambda: evaluate("llama", Layout(), seq_len=1, global_batch=1), "ModelConfig"),
     (lambda: _ev(Layout(tp=8), gpu="h900"), "unknown GPU"),
     (lambda: plan(LLAMA, 8, seq_len=8192, global_batch=8), "fits no layout"),
-    (lambda: plan(LLAMA, 127, seq_len=8192, global_batch=1, top=1), "divisibility rules"),
+    (lambda: plan(LLAMA, 131, seq_len=8192, global_batch=1, top=1), "divisibility rules"),
     (lambda: plan(LLAMA, 8, seq_len=8192, global_batch=8, top=0), "top=0"),
     (lambda: planner.published("gpt5"), "unknown published layout"),
 ])
@@ -161,7 +175,46 @@ def test_pipeline_extrapolation_equals_full_simulation(pp, m, v):
     fast = estimate._pipeline(pp, m, v, t_f, t_b, 0.05)
     assert fast[0] == pytest.approx(full[0], rel=1e-12)
     assert fast[1] == pytest.approx(full[1], rel=1e-12)
-    assert fast[2] == full[2]
+    assert fast[2] == estimate._held(pp, m, v)[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(pp=st.integers(2, 6), groups=st.integers(1, 4), v=st.integers(1, 3),
+       seed=st.integers(0, 10**6))
+def test_held_activations_depend_on_the_order_not_the_durations(pp, groups, v, seed):
+    # _held reads the peaks from one unit-cost simulation; a simulation at random costs (and
+    # random chunk sizes, zero-layer end chunks included) must hold exactly the same
+    import random
+
+    from tpp.pipeline import schedule, simulate
+    from tpp.planner import estimate
+
+    rng = random.Random(seed)
+    m, stages = groups * pp, pp * v
+    chunks = tuple(rng.randint(0, 3) for _ in range(stages))
+    sched = schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
+    res = simulate(sched, t_f=[rng.uniform(0.1, 3) for _ in range(stages)],
+                   t_b=[rng.uniform(0.1, 5) for _ in range(stages)],
+                   p2p_latency=rng.uniform(0, 1))
+    inflight, held = estimate._held(pp, m, v, chunks)
+    assert inflight == res.peak_inflight
+    assert held == res.peak_activation_bytes(list(chunks))
+
+
+@settings(max_examples=30, deadline=None)
+@given(pp=st.integers(2, 8), k=st.integers(2, 6), v=st.sampled_from([1, 2, 3, 4, 8]),
+       seed=st.integers(0, 10**6))
+def test_held_activations_stop_changing_past_two_groups(pp, k, v, seed):
+    # the planner simulates min(M, 2P) microbatches for the peaks (_held_microbatches)
+    import random
+
+    from tpp.planner import estimate
+
+    rng = random.Random(seed)
+    chunks = tuple(rng.randint(0, 3) for _ in range(pp * v))
+    assert estimate._held_microbatches(pp, k * pp) == 2 * pp
+    assert (estimate._held.__wrapped__(pp, k * pp, v, chunks)
+            == estimate._held.__wrapped__(pp, 2 * pp, v, chunks))
 
 
 # -- issue 18: compute model, published runs, HSDP ------------------------------------------
@@ -175,17 +228,49 @@ def test_every_published_run_predicted_within_the_issue_targets():
     # the flat model the issue replaces was far off on the same runs
     fmed, _ = planner.error_summary(planner.compare_published(mfu=0.4))
     assert fmed > 2 * med
+    assert not any(r.published.holdout for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 not met: with the recipe Dubey et al. 2024 "
-                   "Sec. 3.3.2 documents (ZeRO-2-like FSDP, fp32 gradients, no activation "
-                   "checkpointing at 8K, one layer fewer on the end stages) the Llama 3 405B "
-                   "runs need 80.0-95.0 GB > 80e9 B; on 16,384 GPUs M = P = 16 puts every "
-                   "microbatch in flight on rank 1 (16 x 8 layers, 68 GB of activations)")
-def test_no_published_run_is_declared_not_to_fit():
-    rows = planner.compare_published()
+def test_holdout_runs_are_megatrons_h100_table_and_reported_apart():
+    rows = planner.compare_published(holdout=True)
+    assert [r.published.key for r in rows] == list(planner.HOLDOUT) and len(rows) == 9
+    assert all(r.published.holdout and "f2e5db40" in r.published.source for r in rows)
+    # the table's TFLOP/s are Megatron's num_floating_point_operations at that commit:
+    # 12 B s L h^2 (2 + s/h + 4 + V / (2 L h)) for MHA, GELU d_ff = 4h (re-derived here)
+    for r in rows:
+        m, p = models.model(r.published.model), r.published
+        B, s, L, h, V = p.global_batch, p.seq_len, m.n_layers, m.d_model, m.vocab_size
+        mlm = 12 * B * s * L * h * h * ((1 + 1 + s / h) + 4 + V / (2 * L * h))
+        assert r.estimate.model_flops_per_step == pytest.approx(mlm, rel=1e-9)
+        # the table's MFU column from its TFLOP/s column, at the H100's 989 TFLOP/s
+        mfu = int(p.reported.split(", ")[1].split("%")[0])
+        assert abs(mlm / (r.measured * p.gpus * 989.4e12) * 100 - mfu) < 1.0
+    med, worst = planner.error_summary(rows)
+    assert med <= 0.10, med  # reported in chapter 14 whatever it is; the median is the target
+
+#: The one published run the planner still declares "does not fit" (see chapter 14): Llama 3
+#: 405B on 8,192 GPUs, M = 32 microbatches per replica, rank 1 holds 141 one-layer chunks in
+#: flight (Megatron's warm-up 2 (P - r - 1) + (v - 1) N + 1 at N = P = 16, v = 8).
+_NOT_FITTING = ("llama3_405b_8k_8192",)
+
+
+def test_every_other_published_run_fits():
+    rows = planner.compare_published([k for k in planner.PUBLISHED if k not in _NOT_FITTING])
+    assert len(rows) == len(planner.PUBLISHED) - 1  # the hold-out runs included
     assert all(r.estimate.fits for r in rows), [r.published.key for r in rows
                                                 if not r.estimate.fits]
+    # the two 16,384-GPU Llama 3 runs need more than the 80e9-byte label and fit only because
+    # the capacity is what the CUDA runtime reports (hardware.GPU.capacity): the test can fail
+    l3 = [r.estimate for r in rows if r.published.key.startswith("llama3")]
+    assert len(l3) == 2 and all(80e9 < e.memory_bytes <= e.capacity for e in l3)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18 not met for one run: Llama 3 405B on 8,192 "
+                   "GPUs (M = 32) needs 87.7 GB > 84.9 GB with N = P, microbatch 1 and 5 % "
+                   "fragmentation; see chapter 14 'What the planner cannot explain'")
+def test_llama3_8192_gpu_run_fits():
+    (row,) = planner.compare_published(list(_NOT_FITTING))
+    assert row.estimate.fits, row.estimate.explain()
 
 
 def test_llama3_recipe_reaches_the_estimate():
@@ -305,7 +390,17 @@ def test_plan_forwards_memory_options_to_evaluate():
     assert zero.adam_state_bytes("bf16", False) < zero.adam_state_bytes()
 
 
+def test_capacity_is_what_the_cuda_runtime_reports_where_cited():
+    from tpp import hardware
+    h100, h200 = hardware.gpu("h100_sxm"), hardware.gpu("h200_sxm")
+    # 79.11 GiB printed by PyTorch's OOM message (cudaMemGetInfo), more than the 80e9 label
+    assert h100.capacity == h100.runtime_memory > h100.memory == 80 * 10**9
+    assert abs(h100.capacity / 2**30 - 79.11) < 0.005
+    assert "cudaMemGetInfo" in h100.runtime_memory_source
+    assert h200.runtime_memory == 0 and h200.capacity == h200.memory  # no cited figure
+
+
 def test_memory_first_stops_before_the_dp_timeline_and_explains():
     est = _ev(Layout(tp=8, pp=1, dp=1), global_batch=1, memory_first=True)
     assert est.step_time is None and not est.fits
-    assert "GB over the 80 GB" in est.explain()
+    assert "GB a process can allocate on a H100 SXM 80GB" in est.explain()

@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("TPP_SITE", ROOT / "_build" / "html"))
 VIEWPORT = {"width": 1300, "height": 1000}
 
+# Resolves once MathJax has typeset the page, the fonts are loaded and two frames are drawn: the
+# layout the INSPECT and FITS scripts measure (a condition, not a fixed sleep).
+SETTLED = """
+() => Promise.resolve((window.MathJax && MathJax.startup && MathJax.startup.promise) || null)
+  .then(() => document.fonts ? document.fonts.ready : null)
+  .then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))
+  .then(() => true)
+"""
+
 # Runs in the page once MathJax has finished: one list of problems per kind of defect.
 INSPECT = r"""
 () => {
@@ -98,10 +107,7 @@ def inspect_page(browser, url: str) -> dict[str, list[str]]:
                else route.abort())
     try:
         page.goto(url, wait_until="load", timeout=60_000)
-        page.evaluate(
-            "() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null"
-        )
-        page.wait_for_timeout(200)
+        page.evaluate(SETTLED)
         found = page.evaluate(INSPECT)
     finally:
         context.close()
@@ -199,8 +205,7 @@ def _open(browser, url: str, viewport: dict):
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
                else route.abort())
     page.goto(url, wait_until="load", timeout=60_000)
-    page.evaluate("() => (window.MathJax && MathJax.startup && MathJax.startup.promise) || null")
-    page.wait_for_timeout(300)
+    page.evaluate(SETTLED)
     return context, page
 
 
@@ -229,8 +234,7 @@ def test_page_fits_a_phone(browser, page: str) -> None:
     assert not small, f"{page}: figures shrunk below {MIN_FIGURE_SCALE:.2f} of their size: {small}"
 
 
-def _drawer_state(tab) -> dict:
-    return tab.evaluate("""() => {
+DRAWER_STATE = """() => {
       const shown = (el) => !!el && el.open && el.getBoundingClientRect().width > 100
                             && getComputedStyle(el).visibility !== 'hidden';
       const primary = document.getElementById('pst-primary-sidebar-modal');
@@ -241,7 +245,23 @@ def _drawer_state(tab) -> dict:
               secondaryLinks: secondary ? secondary.querySelectorAll('a').length : 0,
               sidebarHidden: document.getElementById('pst-primary-sidebar')
                                      .classList.contains('pst-sidebar-hidden')};
-    }""")
+    }"""
+
+
+def _drawer_state(tab) -> dict:
+    return tab.evaluate(DRAWER_STATE)
+
+
+def _until(tab, condition: str, timeout_ms: int = 30_000) -> None:
+    """Wait until ``condition`` (JavaScript over the drawer state ``s``) holds, polling on each
+    frame; on a timeout return, so that the caller's assert reports the state it found."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        tab.wait_for_function(f"() => {{ const s = ({DRAWER_STATE})(); return {condition}; }}",
+                              timeout=timeout_ms)
+    except PlaywrightTimeout:
+        pass
 
 
 def _visible_button(tab, cls: str):
@@ -257,20 +277,26 @@ def test_the_menu_and_contents_buttons_open_their_drawers(browser, viewport) -> 
         assert menu is not None, "no visible ☰ button"
         assert not _drawer_state(tab)["primary"]
         menu.click()
-        tab.wait_for_timeout(300)
+        _until(tab, "s.primary && s.primaryLinks > 5")
         state = _drawer_state(tab)
         assert state["primary"] and state["primaryLinks"] > 5, f"☰ opened no drawer: {state}"
         tab.keyboard.press("Escape")
-        tab.wait_for_timeout(200)
+        _until(tab, "!s.primary")
         assert not _drawer_state(tab)["primary"]
         contents = _visible_button(tab, "secondary-toggle")
         assert contents is not None, "no visible contents button"
         contents.click()
-        tab.wait_for_timeout(300)
+        _until(tab, "s.secondary && s.secondaryLinks > 1")
         state = _drawer_state(tab)
         assert state["secondary"] and state["secondaryLinks"] > 1, f"contents: {state}"
     finally:
         context.close()
+
+
+# playwright's is_visible(), in the page: a box of some size, not visibility: hidden
+SIDEBAR_SHOWN = ("((r, st) => r.width > 0 && r.height > 0 && st.visibility !== 'hidden')"
+                 "(document.getElementById('pst-primary-sidebar').getBoundingClientRect(), "
+                 "getComputedStyle(document.getElementById('pst-primary-sidebar')))")
 
 
 def test_the_menu_button_collapses_the_sidebar_on_a_laptop(browser) -> None:
@@ -279,10 +305,10 @@ def test_the_menu_button_collapses_the_sidebar_on_a_laptop(browser) -> None:
         sidebar = tab.query_selector("#pst-primary-sidebar")
         assert sidebar.is_visible()
         _visible_button(tab, "primary-toggle").click()
-        tab.wait_for_timeout(300)
+        _until(tab, f"s.sidebarHidden && !{SIDEBAR_SHOWN}")
         assert _drawer_state(tab)["sidebarHidden"] and not sidebar.is_visible()
         _visible_button(tab, "primary-toggle").click()
-        tab.wait_for_timeout(300)
+        _until(tab, f"!s.sidebarHidden && {SIDEBAR_SHOWN}")
         assert sidebar.is_visible()
     finally:
         context.close()
@@ -306,8 +332,14 @@ def test_search_snippets_show_text_not_tex(browser) -> None:
     try:
         tab = context.new_page()
         tab.goto(f"http://127.0.0.1:{server.server_port}/search.html?q=bubble", timeout=60_000)
-        tab.wait_for_selector("#search-results li p.context", timeout=60_000)
-        tab.wait_for_timeout(1500)
+        # finished: the status line says so and every found page's snippet has arrived (each is
+        # fetched on its own after its result line)
+        tab.wait_for_function("""() => {
+          const status = document.querySelector('#search-results p.search-summary');
+          const items = document.querySelectorAll('#search-results li');
+          return !!status && status.textContent.startsWith('Search finished') && items.length > 0
+                 && Array.from(items).every(li => li.querySelector('p.context'));
+        }""", timeout=60_000)
         snippets = tab.eval_on_selector_all("#search-results li p.context",
                                             "els => els.map(e => e.textContent)")
         assert len(snippets) >= 3, snippets

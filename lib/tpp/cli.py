@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--assignment", help="assignment id (default: inferred from the notebooks)")
     pg.add_argument("--solutions", help="folder of master notebooks (default: ./solutions)")
     pg.add_argument(
-        "--memory-mb", type=int, default=2048, help="address-space limit of a kernel (MiB)"
+        "--memory-mb", type=int, default=2048,
+        help="memory of a sandbox (cgroup), else address space of each kernel process (MiB)",
     )
     pg.add_argument(
         "--cpu-seconds", type=int, default=120, help="CPU-time limit of a kernel (seconds)"
@@ -203,10 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     bound.add_argument("--nproc", type=int, default=64,
                        help="processes + threads of a sandbox (default 64)")
     bound.add_argument("--cpus", type=float, default=1.0,
-                       help="CPU cores of a sandbox under --cgroups v2 (default 1)")
-    bound.add_argument("--cgroups", action="store_true",
-                       help="bound memory and processes of the whole sandbox with a cgroup "
-                       "(v2, else v1; root only)")  # fmt: skip
+                       help="CPU cores of a sandbox (cgroup quota; default 1)")
+    bound.add_argument("--cgroups", action=argparse.BooleanOptionalAction, default=True,
+                       help="bound memory, processes and CPU of the whole sandbox with a cgroup "
+                       "(v2, else v1; root only; default on where writable)")  # fmt: skip
     bound.add_argument("--max-message-mb", type=int, default=16,
                        help="largest message frame accepted from a kernel (default 16)")
     bound.add_argument("--max-notebook-mb", type=float, default=10.0,

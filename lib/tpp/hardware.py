@@ -206,11 +206,26 @@ class GPU:
     memory_efficiency: float = 0.9
     #: where ``matmul_flops_bf16``, ``sms`` and ``memory_efficiency`` come from
     compute_source: str = ""
+    #: bytes the CUDA runtime reports as the device's total (``cudaMemGetInfo``), which is what
+    #: a process allocates from; 0 when no measurement is cited (then :attr:`capacity` is the
+    #: label ``memory``)
+    runtime_memory: int = 0
+    #: where ``runtime_memory`` comes from
+    runtime_memory_source: str = ""
 
     @property
     def memory_GB(self) -> float:
         """Memory capacity in GB (1e9 bytes)."""
         return self.memory / GB
+
+    @property
+    def capacity(self) -> int:
+        """Bytes a process can allocate from: :attr:`runtime_memory` (what the CUDA runtime
+        reports, e.g. 79.11 GiB = 84.9e9 bytes on an H100 SXM 80GB) when a measurement is
+        cited, else the datasheet label :attr:`memory`. The planner compares a layout's bytes,
+        its runtime reserve (CUDA context, NCCL buffers, fragmentation:
+        :func:`tpp.costs.memory.runtime_reserve_terms`) included, with this."""
+        return self.runtime_memory or self.memory
 
     @property
     def memory_GiB(self) -> float:
@@ -231,6 +246,8 @@ class GPU:
 _MAMF = ("Maximum Achievable Matmul FLOPS (MAMF), bf16, best shape, mean of 100 iterations: "
          "S. Bekman, ml-engineering, compute/accelerator/README.md (stas00/ml-engineering), "
          "table 'Maximum Achievable Matmul FLOPS comparison table': ")
+_CUDA_TOTAL = ("PyTorch's out-of-memory error prints cudaMemGetInfo's device total as "
+               "'GPU 0 has a total capacity of X' (c10/cuda/CUDACachingAllocator.cpp); ")
 _HBM = ("; streaming kernels at 90 % of the datasheet HBM bandwidth (assumption: the order "
         "copy benchmarks such as BabelStream reach)")
 GPUS: dict[str, GPU] = {
@@ -241,19 +258,29 @@ GPUS: dict[str, GPU] = {
         matmul_flops_bf16=271.2e12, sms=108,
         compute_source=_MAMF + "A100 SXM 271.2 TFLOP/s (86.9 % of 312); 108 SMs (NVIDIA "
         "A100 whitepaper)" + _HBM,
+        runtime_memory=round(79.14 * GiB),
+        runtime_memory_source=_CUDA_TOTAL + "79.14 GiB on an A100 80GB (GitHub "
+        "lianqi1008/Control-GIC issue #6); other drivers report 79.25 and 79.33 GiB "
+        "(levihsu/OOTDiffusion #235, hahnyuan/PB-LLM #3, A800 80GB): the smallest is taken. "
+        "nvidia-smi lists 81920 MiB (modal-labs/modal-client PR #2797)",
     ),
     "h100_sxm": GPU(
         "H100 SXM 80GB", 80 * GB, 3.35e12, 989.4e12, 1978.9e12, "nvlink4",
         "NVIDIA H100 datasheet (SXM): 80 GB HBM3, 3.35 TB/s, BF16 1,979 TFLOP/s with sparsity "
-        "= 989.4 dense, FP8 3,958 sparse = 1,979 dense. Memory taken as 80e9 bytes (the label)",
+        "= 989.4 dense, FP8 3,958 sparse = 1,979 dense; memory 80e9 bytes (the label)",
         matmul_flops_bf16=794.5e12, sms=132,
         compute_source=_MAMF + "H100 SXM 794.5 TFLOP/s (80.3 % of 989); 132 SMs (NVIDIA "
         "H100 whitepaper)" + _HBM,
+        runtime_memory=round(79.11 * GiB),
+        runtime_memory_source=_CUDA_TOTAL + "79.11 GiB on an H100 80GB (GitHub "
+        "vllm-project/vllm issue #27508). nvidia-smi lists 81559 MiB = 85.5e9 bytes for "
+        "'NVIDIA H100 80GB HBM3' (NVIDIA/nccl issue #1264, wilicc/gpu-burn issue #114): the "
+        "runtime's smaller figure is taken",
     ),
     "h100_pcie": GPU(
         "H100 PCIe 80GB", 80 * GB, 2.0e12, 756.5e12, 1513e12, "pcie5_x16",
         "NVIDIA H100 datasheet (PCIe): 80 GB HBM2e, 2 TB/s, BF16 1,513 TFLOP/s sparse = 756.5 "
-        "dense, FP8 3,026 sparse = 1,513 dense",
+        "dense, FP8 3,026 sparse = 1,513 dense; no runtime total cited: the 80e9-byte label",
         matmul_flops_bf16=0.80 * 756.5e12, sms=114,
         compute_source="no MAMF row for H100 PCIe: assumed 80 % of the dense peak, as measured "
         "on H100 SXM (" + _MAMF + "); 114 SMs (NVIDIA H100 whitepaper)" + _HBM,
@@ -261,7 +288,8 @@ GPUS: dict[str, GPU] = {
     "h200_sxm": GPU(
         "H200 SXM 141GB", 141 * GB, 4.8e12, 989.4e12, 1978.9e12, "nvlink4",
         "NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s, same Hopper compute as H100 SXM "
-        "(BF16 989 TFLOP/s dense), NVLink 900 GB/s",
+        "(BF16 989 TFLOP/s dense), NVLink 900 GB/s; no runtime total cited: the 141e9-byte "
+        "label",
         matmul_flops_bf16=828.6e12, sms=132,
         compute_source=_MAMF + "GH200 SXM 828.6 TFLOP/s (the same H200 die, 141 GB HBM3e); "
         "132 SMs" + _HBM,

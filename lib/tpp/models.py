@@ -37,7 +37,7 @@ from fractions import Fraction
 
 from tpp.hardware import bytes_per_element
 
-__all__ = ["ModelConfig", "MODELS", "model", "model_names"]
+__all__ = ["ModelConfig", "MODELS", "MEGATRON_README_H100", "model", "model_names"]
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,34 @@ for _n, _a, _h, _L in NARAYANAN_TABLE1:
         f"GPT {_n:g}B (Narayanan 2021)", _L, _h, _a, _a, 4 * _h, 51200, _n * 1e9,
         _NAR + f"{_L} layers, h={_h}, {_a} heads", mlp="gelu", norm="layernorm", bias=True,
         tied_embeddings=True, learned_positions=2048, attention="eager", dropout=True,
+    )
+
+
+_MLM_COMMIT = "f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4"
+_MLM = (f"NVIDIA/Megatron-LM README.md and images/model_table.png @ {_MLM_COMMIT} (2024-07-15, "
+        "'New scaling figures on H100 GPUs'): GPT models, vocabulary 131,072, sequence 4096; "
+        "heads, hidden size and layers from the table. Not in the table, Megatron-LM's "
+        "defaults at that commit (megatron/training/arguments.py): LayerNorm, biases, learned "
+        "absolute positions, dropout 0.1; d_ff = 4h and untied embeddings (the only reading "
+        "under which 12 L h^2 + 2 V h gives the table's sizes): ")
+#: Megatron-LM's H100 weak-scaling table (README @ f2e5db40): (params in billions, heads,
+#: hidden, layers, TP, PP, DP, GPUs, global batch, per-GPU TFLOP/s, MFU %).
+MEGATRON_README_H100 = (
+    (1.7, 16, 2048, 24, 1, 1, 48, 48, 192, 408.8, 41),
+    (7.1, 32, 4096, 30, 2, 1, 48, 96, 192, 465.9, 47),
+    (16.0, 48, 6144, 32, 4, 1, 48, 192, 192, 489.1, 49),
+    (32.0, 56, 7168, 48, 8, 1, 48, 384, 192, 459.6, 46),
+    (70.0, 64, 8192, 84, 8, 2, 48, 768, 384, 419.7, 42),
+    (119.0, 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5, 43),
+    (177.0, 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8, 44),
+    (314.0, 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4, 48),
+    (462.0, 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9, 47),
+)
+for _n, _a, _h, _L, *_ in MEGATRON_README_H100:
+    MODELS[f"megatron_h100_{_n:g}b".replace(".", "_")] = ModelConfig(
+        f"GPT {_n:g}B (Megatron-LM H100 table)", _L, _h, _a, _a, 4 * _h, 131072, _n * 1e9,
+        _MLM + f"{_L} layers, h={_h}, {_a} heads", mlp="gelu", norm="layernorm", bias=True,
+        learned_positions=4096, attention="flash", dropout=True,
     )
 
 

@@ -307,13 +307,13 @@ def runtime_reserve_terms(
                     ("nccl_per_communicator", nccl_per_communicator)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{name}={v!r} must be an int >= 0 (bytes or a count)")
-    frag = Fraction(fragmentation)
+    frag = fragmentation if type(fragmentation) is Fraction else Fraction(fragmentation)
     if not 0 <= frag < 1:
         raise ValueError(f"fragmentation={fragmentation!r} must be a share in [0, 1), e.g. 0.05")
     return {"cuda_context": cuda_context,
             "nccl_buffers": communicators * nccl_per_communicator,
-            "fragmentation": int(-(-(frag * transient).numerator
-                                   // (frag * transient).denominator))}
+            # ceil(frag x transient), in integers
+            "fragmentation": -(-(transient * frag.numerator) // frag.denominator)}
 
 
 def runtime_reserve_bytes(transient: int, communicators: int = 1, **kwargs) -> int:

@@ -5,12 +5,16 @@ memory, processes and CPU in a control group of its own.
   ``tmpfs`` of ``Limits.disk_mb`` mounted by the grader (root) on the host, and the sandbox's
   ``work/`` and ``/tmp`` are ``tmpfs`` of the same size inside it (:mod:`tpp.grading.sandbox`):
   a kernel that fills them fills only its own, never the host disk. Without root the shared
-  folder stays on the host disk (``RLIMIT_FSIZE`` bounds each file): :func:`describe` says so.
+  folder stays on the host disk (the grader must reach its sockets and answers files, so it
+  cannot be a mount of the sandbox's own): :class:`DiskWatch` bounds it instead, and
+  ``RLIMIT_FSIZE`` bounds each file; :func:`describe` says so.
 - **Memory, processes, CPU**: every process of the sandbox is in one cgroup (v2 where the
   machine offers its controllers, else v1 ``memory``, ``pids``, ``cpu``), joined by the launcher
   before it starts ``bwrap``: ``memory.max`` / ``memory.limit_in_bytes`` = ``memory_mb``,
-  ``pids.max`` = ``nproc``, a CPU quota of ``cpus`` cores. Forked children share the bound.
-  Where no cgroup is writable the per-process rlimits of :mod:`tpp.grading.launcher` remain.
+  ``pids.max`` = ``nproc`` (threads included), a CPU quota of ``cpus`` cores. Forked children
+  share the bound. :class:`Group` reports which bound was hit (``memory-limit``,
+  ``pids-limit``), and the row says so. Where no cgroup is writable the per-process rlimits of
+  :mod:`tpp.grading.launcher` remain, and :func:`describe` says so in one line.
 
 Only the standard library: the launcher reads :data:`ENV` itself.
 """
@@ -68,22 +72,75 @@ def detect() -> tuple[str, str]:
     return "", "no writable cgroup (v2 controllers or v1 memory, pids, cpu)"
 
 
-def describe() -> str:
-    """One line for the run's summary: how the sandbox is bounded."""
+def describe(requested: bool = True) -> str:
+    """One line for the run's summary when the sandbox is not bounded as a whole ("" when a
+    cgroup bounds it): why, and what holds instead."""
     mode, why = detect()
-    disk = "" if os.getuid() == 0 else "; the kernel's shared folder is on the host disk"
-    if mode:
+    if mode and requested:
         return ""
-    return f"memory/processes bounded per process only ({why}){disk}"
+    if not requested:
+        why = "--no-cgroups"
+    disk = "" if os.getuid() == 0 else "; the kernel's shared folder on the host disk, watched"
+    return (f"memory, processes and CPU bounded per kernel process only ({why}: rlimits "
+            f"RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU){disk}")
+
+
+# Address space a kernel needs beyond the memory it uses: with numpy imported, an idle kernel
+# holds ~745 MiB of address space for ~70 MiB resident (11 threads, each an 8 MiB stack and a
+# malloc arena; shared libraries). Under a cgroup the memory bound is the group's (resident
+# memory of the whole sandbox, page cache and tmpfs included); RLIMIT_AS only keeps a single
+# huge allocation a MemoryError, so it gets this headroom instead of being the bound itself.
+ADDRESS_HEADROOM_MB = 1024
+# The least --memory-mb a kernel starts with: ~290 MiB of address space at start-up (numpy
+# imported, MALLOC_ARENA_MAX=2), the bound of a process where no cgroup is writable.
+MIN_MEMORY_MB = 384
+# Tasks (processes and threads) of a sandbox at start-up: bwrap (2), the kernel's 11 threads.
+START_TASKS = 13
+
+
+def address_space_mb(memory_mb: int, grouped: bool) -> int:
+    """``RLIMIT_AS`` of each kernel process: the memory bound itself without a cgroup, the
+    memory bound plus :data:`ADDRESS_HEADROOM_MB` when a cgroup bounds the whole sandbox."""
+    return memory_mb + ADDRESS_HEADROOM_MB if grouped else memory_mb
+
+
+def _counter(path: Path, key: str) -> int:
+    """The value of ``key`` in a flat-keyed cgroup file (``memory.events``, ``pids.events``)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k == key:
+            try:
+                return int(v)
+            except ValueError:
+                return 0
+    return 0
 
 
 class Group:
-    """One submission's cgroup(s): created, joined by the launcher, killed and removed."""
+    """One submission's cgroup(s): created, joined by the launcher, read, killed and removed.
+
+    v2: one group with ``memory.max`` (and ``memory.swap.max`` 0), ``pids.max``, ``cpu.max``.
+    v1: a group in each of the ``memory`` (``memory.limit_in_bytes`` and, where swap is
+    accounted, ``memory.memsw.limit_in_bytes``), ``pids`` (``pids.max``) and ``cpu``
+    (``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``) hierarchies. ``pids.max`` counts threads
+    too: a kernel starts with :data:`START_TASKS`, so ``nproc`` must leave room above that.
+    """
+
+    PERIOD_US = 100_000
 
     def __init__(self, mode: str, memory_mb: int, nproc: int, cpus: float) -> None:
+        if nproc <= START_TASKS:
+            raise ValueError(f"nproc={nproc} leaves no thread for the kernel (it starts with "
+                             f"{START_TASKS} tasks): pass --nproc 32 or more")  # fmt: skip
         self.mode = mode
         name = f"k{secrets.token_hex(6)}"
         self.dirs: list[Path] = []
+        self.by_controller: dict[str, Path] = {}
+        quota = max(1000, int(cpus * self.PERIOD_US))
         if mode == "v2":
             parent = ROOT / _PARENT
             parent.mkdir(exist_ok=True)
@@ -95,21 +152,25 @@ class Group:
             d = parent / name
             d.mkdir()
             self.dirs = [d]
+            self.by_controller = {"memory": d, "pids": d, "cpu": d}
             _write(d / "memory.max", str(memory_mb * 2**20))
             _write(d / "memory.swap.max", "0")
             _write(d / "pids.max", str(nproc))
-            _write(d / "cpu.max", f"{int(cpus * 100_000)} 100000")
+            _write(d / "cpu.max", f"{quota} {self.PERIOD_US}")
         elif mode == "v1":
-            for ctl in ("memory", "pids"):
+            for ctl in ("memory", "pids", "cpu"):
                 parent = ROOT / ctl / _PARENT
                 parent.mkdir(exist_ok=True)
                 d = parent / name
                 d.mkdir()
                 self.dirs.append(d)
-            mem, pids = self.dirs
+                self.by_controller[ctl] = d
+            mem, pids, cpu = self.dirs
             _write(mem / "memory.limit_in_bytes", str(memory_mb * 2**20))
             _write(mem / "memory.memsw.limit_in_bytes", str(memory_mb * 2**20))
             _write(pids / "pids.max", str(nproc))
+            _write(cpu / "cpu.cfs_period_us", str(self.PERIOD_US))
+            _write(cpu / "cpu.cfs_quota_us", str(quota))
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,24 +186,29 @@ class Group:
         return out
 
     def out_of_memory(self) -> bool:
-        """True if the memory bound was hit (an allocation failed or a process was OOM-killed)."""
-        for d in self.dirs:
-            for name, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill"),
-                              ("memory.failcnt", "")):  # fmt: skip
-                try:
-                    text = (d / name).read_text()
-                except OSError:
-                    continue
-                if not key and text.strip() not in ("", "0"):
-                    return True
-                for line in text.splitlines():
-                    k, _, v = line.partition(" ")
-                    if k == key and v.strip() not in ("", "0"):
-                        return True
-        return False
+        """True if a process of the sandbox was OOM-killed at the group's memory bound.
+        (Not ``memory.failcnt``: in v1 it also counts page cache reclaimed at the limit.)"""
+        d = self.by_controller.get("memory")
+        if d is None:
+            return False
+        if self.mode == "v2":
+            return _counter(d / "memory.events", "oom_kill") > 0
+        return _counter(d / "memory.oom_control", "oom_kill") > 0
+
+    def out_of_pids(self) -> bool:
+        """True if a ``fork`` or thread start was refused at the group's ``pids.max``."""
+        d = self.by_controller.get("pids")
+        return d is not None and _counter(d / "pids.events", "max") > 0
+
+    def exceeded(self) -> list[str]:
+        """The bounds this sandbox hit: ``memory-limit``, ``pids-limit``."""
+        return [name for name, hit in (("memory-limit", self.out_of_memory()),
+                                       ("pids-limit", self.out_of_pids())) if hit]  # fmt: skip
 
     def close(self) -> None:
         """Kill every process left in the group, then remove it."""
+        import time
+
         for _ in range(50):
             left = self.pids()
             if not left:
@@ -152,8 +218,6 @@ class Group:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            import time
-
             time.sleep(0.02)
         for d in self.dirs:
             try:
@@ -175,3 +239,72 @@ def join(env_value: str) -> None:
     for procs in filter(None, env_value.split(":")):
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
+
+
+class DiskWatch:
+    """Where the kernel's shared folder cannot be a ``tmpfs`` (the grader is not root), a
+    thread that bounds it instead: every :attr:`PERIOD_S` it adds up the blocks the folder's
+    files hold (sparse files count what they use) and their number; past ``disk_mb`` MiB or
+    :attr:`MAX_ENTRIES` entries it kills the sandbox (``kill``: the PID namespace dies with its
+    init) and deletes the files. Between two looks a kernel can write at most what its disk
+    writes in :attr:`PERIOD_S`, and no file exceeds ``RLIMIT_FSIZE`` (``--file-mb``)."""
+
+    PERIOD_S = 0.05
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, folder: Path, disk_mb: int, keep: tuple[str, ...] = ()) -> None:
+        import threading
+
+        self.folder, self.limit = folder, int(disk_mb) * 2**20
+        self.keep = set(keep)  # names the grader wrote (connection file): never deleted
+        self.pid: int | None = None
+        self.hit = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tpp-disk-watch", daemon=True)
+        self._thread.start()
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes held, entries) under the folder, without following links."""
+        total = entries = 0
+        stack = [str(self.folder)]
+        while stack and entries <= self.MAX_ENTRIES:
+            try:
+                it = os.scandir(stack.pop())
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    entries += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        return total, entries
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD_S):
+            size, entries = self.usage()
+            if size > self.limit or entries > self.MAX_ENTRIES:
+                self.hit = True
+                if self.pid is not None:
+                    try:
+                        os.kill(self.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                self._purge()
+
+    def _purge(self) -> None:
+        for root, _dirs, files in os.walk(self.folder, topdown=False):
+            for name in files:
+                if name not in self.keep:
+                    try:
+                        os.unlink(os.path.join(root, name))
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -14,6 +14,11 @@ One row per submission, always. A row's ``status`` is one of
   (every entry of the submissions gets exactly one row);
 - ``too-large``: over the notebook size, cell count or source length caps (before parsing);
 - ``setup-failed``: a setup cell of the master raised (the environment, not the answers);
+- ``memory-limit``, ``pids-limit``: the sandbox's cgroup bound (``--memory-mb``, ``--nproc``)
+  was hit, forked children included (:mod:`tpp.grading.bounds`); the other questions count;
+- ``disk-limit``: without root the kernel's shared folder is on the host disk, bounded by a
+  watchdog (:class:`tpp.grading.bounds.DiskWatch`): it reached ``--disk-mb``;
+- ``message-too-large``: a kernel message over ``--max-message-mb`` was dropped;
 - ``wrong-assignment``: the notebook says it belongs to another assignment;
 - ``grader-error``: a bug in the grader (reported, never hidden).
 
@@ -42,6 +47,7 @@ from typing import Any
 
 from tpp.grading import bounds, sandbox
 from tpp.grading.inputs import Item, collect, safe_name
+from tpp.grading.limits import Limits
 from tpp.grading.notebook import Master, find_masters, parse_master
 from tpp.grading.reference import (  # noqa: F401 - re-exported
     compute_reference,
@@ -49,8 +55,7 @@ from tpp.grading.reference import (  # noqa: F401 - re-exported
     reference_key,
 )
 from tpp.grading.report import atomic_write, feedback_markdown, fmt, write_outputs
-from tpp.grading.rows import clip, empty_row, grade_submission
-from tpp.grading.run import Limits
+from tpp.grading.rows import clip, grade_submission, make_row
 from tpp.grading.submission import (
     Rejected,
     parameters_of,
@@ -70,6 +75,10 @@ STATUSES = (
     "wrong-assignment",
     "setup-failed",
     "too-large",
+    "memory-limit",
+    "pids-limit",
+    "disk-limit",
+    "message-too-large",
     "grader-error",
 )
 # rows that a re-run grades again (never reused as "already graded")
@@ -97,7 +106,7 @@ class GradeOptions:
     max_notebook_mb: float = 10.0  # largest submission file
     max_cells: int = 2_000  # most cells per submission
     max_source_chars: int = 200_000  # longest cell source
-    cgroups: bool = False  # bound each sandbox with a cgroup (opt-in: see the instructors' page)
+    cgroups: bool = True  # bound each sandbox with a cgroup where the machine gives one
 
     def limits(self) -> Limits:
         if self.timeout <= 0:
@@ -119,6 +128,14 @@ class GradeOptions:
                 raise ValueError(f"{name}={getattr(self, name)} must be > 0: pass "
                                  f"--{name.replace('_', '-').removesuffix('-s')} with a positive "
                                  "value (see tpp grade --help)")  # fmt: skip
+        if self.memory_mb < bounds.MIN_MEMORY_MB:
+            raise ValueError(f"memory_mb={self.memory_mb}: a kernel with numpy needs about "
+                             f"{bounds.MIN_MEMORY_MB} MiB to start (address space): pass "
+                             f"--memory-mb {bounds.MIN_MEMORY_MB} or more")  # fmt: skip
+        cgroup = bounds.detect()[0] if self.cgroups and use_box else ""
+        if cgroup and self.nproc <= bounds.START_TASKS:
+            raise ValueError(f"nproc={self.nproc} counts threads too, and a kernel starts with "
+                             f"{bounds.START_TASKS}: pass --nproc 32 or more")  # fmt: skip
         return Limits(
             timeout=self.timeout,
             memory_mb=self.memory_mb,
@@ -129,7 +146,7 @@ class GradeOptions:
             disk_mb=self.disk_mb,
             nproc=self.nproc,
             cpus=self.cpus,
-            cgroup=bounds.detect()[0] if self.cgroups and use_box else "",
+            cgroup=cgroup,
             max_message_mb=self.max_message_mb,
             max_notebook_mb=self.max_notebook_mb,
             max_cells=self.max_cells,
@@ -233,7 +250,7 @@ class _References:
 
 def _grade_item(item: Item, master: Master, refs: _References) -> dict[str, Any]:
     if item.path is None:
-        row = empty_row(item.student, item.file, master, item.status or "invalid-notebook",
+        row = make_row(item.student, item.file, master, item.status or "invalid-notebook",
                         item.reason)  # fmt: skip
     else:
         row = grade_submission(item.path, master, refs, refs.limits, item.student, item.file)
@@ -293,8 +310,7 @@ def _grade_items(
     rows: dict[str, dict[str, Any]] = {}
     todo: list[Item] = []
     summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
-                      bounded="" if limits.cgroup else bounds.describe()
-                      or "memory/processes bounded per process only (pass --cgroups)")
+                      bounded="" if limits.cgroup else bounds.describe(options.cgroups))
     for it in items:
         row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried
@@ -339,7 +355,7 @@ def _grade_items(
             )
 
     def failed(it: Item, why: str) -> dict[str, Any]:
-        return empty_row(it.student, it.file, master, "grader-error", why)
+        return make_row(it.student, it.file, master, "grader-error", why)
 
     if options.workers == 1 or len(todo) <= 1:
         for it in todo:

@@ -14,17 +14,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nbformat
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 
-from tpp.grading import sandbox
-
-if TYPE_CHECKING:
-    from tpp.grading.run import Limits
+from tpp.grading import bounds, sandbox
+from tpp.grading.limits import Limits
 
 KERNEL_NAME = "tpp-grader"
 _SPEC_DIRS: dict[tuple, Path] = {}
@@ -61,7 +59,7 @@ def kernelspec_dir(limits: Limits) -> Path:
     """A private kernelspec folder whose kernel starts through the limiting launcher."""
     guard = json.dumps(guard_config(limits), sort_keys=True) if limits.guard else ""
     key = (limits.memory_mb, limits.cpu_seconds, limits.file_mb, guard, limits.sandbox,
-           limits.nproc, limits.disk_mb)  # fmt: skip
+           limits.nproc, limits.disk_mb, limits.cgroup)  # fmt: skip
     if key in _SPEC_DIRS and _SPEC_DIRS[key].exists():
         return _SPEC_DIRS[key]
     root = Path(tempfile.mkdtemp(prefix="tpp-kernels-"))
@@ -78,6 +76,10 @@ def kernelspec_dir(limits: Limits) -> Path:
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         "PYTHONWARNINGS": "ignore",
         "LANG": "C.UTF-8",
+        # at most 2 malloc arenas (64 MiB of address space each): without it a thread creates
+        # one when it meets contention, so the kernel's address space at start-up depended on
+        # timing, and near RLIMIT_AS a thread start failed now and then
+        "MALLOC_ARENA_MAX": "2",
     }
     box: list[str] = []
     if limits.sandbox:
@@ -88,7 +90,7 @@ def kernelspec_dir(limits: Limits) -> Path:
     argv = [
         sys.executable,
         str(launcher),
-        "--memory-mb", str(limits.memory_mb),
+        "--memory-mb", str(bounds.address_space_mb(limits.memory_mb, bool(limits.cgroup))),
         "--cpu-seconds", str(limits.cpu_seconds),
         "--file-mb", str(limits.file_mb),
         "--disk-mb", str(limits.disk_mb),
@@ -165,12 +167,47 @@ class FastStartClient(AsyncKernelClient):
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
-        grader allocates or deserialises them (the peer is disconnected; the cell times out)."""
+        grader allocates or deserialises them (the peer is disconnected, and reconnects).
+        A monitor on the socket records each such disconnection (:meth:`dropped`)."""
         import zmq
 
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_bytes))  # new sockets
         self.context.setsockopt(zmq.RCVHWM, 64)
-        return super()._create_connected_socket(channel, identity)
+        sock = super()._create_connected_socket(channel, identity)
+        try:
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        except zmq.ZMQError:  # pragma: no cover - libzmq without monitors
+            return sock
+        self.__dict__.setdefault("_tpp_monitors", []).append(zmq.Socket.shadow(mon.underlying))
+        self.__dict__.setdefault("_tpp_keep", []).append(mon)  # the shadow does not own it
+        return sock
+
+    def dropped(self) -> int:
+        """How many times a channel was disconnected so far: ZeroMQ drops the connection of a
+        message over ``max_message_bytes`` (a kernel that dies ends the run otherwise)."""
+        import zmq
+        from zmq.utils.monitor import parse_monitor_message
+
+        seen = self.__dict__.get("_tpp_dropped", 0)
+        for mon in self.__dict__.get("_tpp_monitors", []):
+            while True:
+                try:
+                    frames = mon.recv_multipart(zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    break
+                if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
+                    seen += 1
+        self.__dict__["_tpp_dropped"] = seen
+        return seen
+
+    def stop_channels(self) -> None:
+        for mon in self.__dict__.pop("_tpp_keep", []):
+            try:
+                mon.close(linger=0)
+            except Exception:  # noqa: BLE001 - closing a monitor must not fail a shutdown
+                pass
+        self.__dict__.pop("_tpp_monitors", None)
+        super().stop_channels()
 
 
 def _message_size(msg: dict[str, Any]) -> int:

@@ -22,8 +22,9 @@ from typing import Any
 
 from tpp.grading import bounds
 from tpp.grading.compare import SchemaError, load_record
+from tpp.grading.limits import Limits
 from tpp.grading.notebook import Master, MasterError
-from tpp.grading.run import Limits, RunOutcome, run_cells
+from tpp.grading.run import RunOutcome, run_cells
 from tpp.grading.submission import Rebuilt, parameters_of, rebuild
 
 GRADER_VERSION = "3"

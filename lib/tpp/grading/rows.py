@@ -24,7 +24,7 @@ from tpp.grading.submission import (
 )
 
 if TYPE_CHECKING:
-    from tpp.grading.run import Limits
+    from tpp.grading.limits import Limits
 
 RESULTS = ("correct", "incorrect", "not-attempted", "missing", "error", "timeout",
            "kernel-died", "not-run")  # fmt: skip
@@ -118,29 +118,50 @@ def _check_message(res: Any, source: str) -> str:
     return f"{kind}: {text}" if text and text in _literals(source) else kind
 
 
-def empty_row(student: str, file: str, master: Master, status: str, reason: str) -> dict:
-    return {
+def question_entry(points: float, max_points: float, result: str, detail: str = "",
+                   checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One question of a row."""
+    return {"points": points, "max": max_points, "result": result, "detail": clip(detail),
+            "checks": checks or []}  # fmt: skip
+
+
+def make_row(student: str, file: str, master: Master, status: str, reason: str,
+             questions: dict[str, dict[str, Any]] | None = None, *,
+             warnings: list[str] | None = None, parameters_id: str | None = None,
+             submitted: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The one constructor of a row. Without ``questions`` every question is ``not-run`` with
+    0 points and ``reason`` as its detail (a submission that was never run)."""
+    if questions is None:
+        questions = {q.id: question_entry(0, q.points, "not-run", reason)
+                     for q in master.questions}  # fmt: skip
+    points = {qid: v["points"] for qid, v in questions.items()}
+    row = {
         "student": student,
         "file": file,
         "assignment": master.assignment,
         "status": status,
         "reason": clip(reason),
-        "points": {q.id: 0 for q in master.questions},
-        "total": 0,
+        "points": points,
+        "total": sum(points.values()),
         "max": master.max_points,
-        "warnings": [],
-        "submitted": {},
-        "questions": {
-            q.id: {
-                "points": 0,
-                "max": q.points,
-                "result": "not-run",
-                "detail": clip(reason),
-                "checks": [],
-            }
-            for q in master.questions
-        },
+        "warnings": [clip(w) for w in warnings or []],
+        "submitted": submitted or {},
+        "questions": questions,
     }
+    if parameters_id is not None:
+        row["parameters_id"] = parameters_id
+    return row
+
+
+# A bound of the sandbox that was hit names the row's status (tpp.grading.bounds): the most
+# telling first. The other questions keep their points.
+BOUND_WORDS = {
+    "memory-limit": "the sandbox reached its memory limit of {memory_mb} MiB (--memory-mb)",
+    "pids-limit": "the sandbox reached its limit of {nproc} processes and threads (--nproc)",
+    "disk-limit": "the kernel's shared folder reached {disk_mb} MiB (--disk-mb)",
+    "message-too-large": "the kernel sent a message over {max_message_mb} MiB "
+                         "(--max-message-mb); it was dropped",
+}
 
 
 def grade_submission(
@@ -162,12 +183,12 @@ def grade_submission(
     try:
         row = _grade(path, student, file, master, reference, limits)
     except Rejected as rej:
-        row = empty_row(student, file, master, rej.status, rej.reason)
+        row = make_row(student, file, master, rej.status, rej.reason)
     except OSError as exc:
-        row = empty_row(student, file, master, "invalid-notebook",
+        row = make_row(student, file, master, "invalid-notebook",
                         f"cannot read the file ({type(exc).__name__})")  # fmt: skip
     except Exception as exc:  # a grader bug must become a row, not a crash
-        row = empty_row(student, file, master, "grader-error",
+        row = make_row(student, file, master, "grader-error",
                         f"{type(exc).__name__}: {str(exc)[:200]}")  # fmt: skip
     row["duration_s"] = round(time.monotonic() - start, 3)
     return row
@@ -251,7 +272,11 @@ def _grade(
         hidden_failed = any(c["kind"] == "hidden" and not c["passed"] for c in checks)
         if isinstance(rec, dict) and hidden_failed and not wrong:
             wrong["_hidden"] = "a hidden check failed"
-        if any(s == "timeout" for s in statuses.values()):
+        if any(outcome.cells[i].ename == "message-too-large" for i in idx):
+            result = "timeout"
+            detail = BOUND_WORDS["message-too-large"].format(max_message_mb=limits.max_message_mb)
+            timeouts.append(q.id)
+        elif any(s == "timeout" for s in statuses.values()):
             result, detail = "timeout", f"a cell exceeded {limits.timeout:g} s"
             timeouts.append(q.id)
         elif any(s == "died" for s in statuses.values()):
@@ -286,13 +311,7 @@ def _grade(
         points = q.points if result == "correct" else 0
         if result != "incorrect":  # the right values are never kept; wrong ones for the report
             submitted.pop(q.id, None)
-        questions[q.id] = {
-            "points": points,
-            "max": q.points,
-            "result": result,
-            "detail": clip(detail),
-            "checks": checks,
-        }
+        questions[q.id] = question_entry(points, q.points, result, detail, checks)
 
     where = ""
     for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
@@ -305,6 +324,11 @@ def _grade(
         status = "setup-failed"
         reason = (f"setup cell {cell.master_id} raised {safe_type(res.ename)}: the grading "
                   "environment failed (a limit, a missing library); fix it and grade again")
+    elif getattr(outcome, "exceeded", None):
+        status = next(b for b in BOUND_WORDS if b in outcome.exceeded)
+        reason = BOUND_WORDS[status].format(memory_mb=limits.memory_mb, nproc=limits.nproc,
+                                            max_message_mb=limits.max_message_mb,
+                                            disk_mb=limits.disk_mb) + where
     elif outcome.died:
         status = "kernel-died"
         reason = outcome.reason + where
@@ -320,18 +344,5 @@ def _grade(
         reason = f"no answer cell for {', '.join(missing_q)}"
     else:
         status, reason = "graded", ""
-    points = {qid: v["points"] for qid, v in questions.items()}
-    return {
-        "student": student,
-        "file": file,
-        "assignment": master.assignment,
-        "status": status,
-        "reason": clip(reason),
-        "points": points,
-        "total": sum(points.values()),
-        "max": master.max_points,
-        "warnings": [clip(w) for w in warnings],
-        "parameters_id": pid,
-        "submitted": submitted,
-        "questions": questions,
-    }
+    return make_row(student, file, master, status, reason, questions, warnings=warnings,
+                    parameters_id=pid, submitted=submitted)

@@ -42,6 +42,7 @@ from tpp.grading.kernelspec import (
     guard_config,  # noqa: F401 - re-exported
     kernelspec_dir,
 )
+from tpp.grading.limits import Limits
 from tpp.grading.reaper import (
     _become_subreaper,
     _children,
@@ -55,31 +56,6 @@ PROBE_TIMEOUT = 5
 _LOG = logging.getLogger("tpp.grading.nbclient")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-run limits: seconds per cell, kernel address space (MiB), CPU seconds, output bytes;
-    whether the kernel runs under :mod:`tpp.grading.guard`, and the folders it must not read."""
-
-    timeout: float = 30.0
-    memory_mb: int = 2048
-    cpu_seconds: int = 120
-    file_mb: int = 64
-    output_bytes: int = 20_000
-    guard: bool = True
-    protect: tuple[str, ...] = ()  # extra read-protected folders (solutions, results)
-    sandbox: bool = True  # run each kernel in bubblewrap (see tpp.grading.sandbox)
-    nproc: int = 64  # processes + threads of a sandboxed kernel (the whole sandbox: cgroup)
-    startup_timeout: float = 30.0  # seconds for a kernel to start (scaled with the load)
-    budget_s: float = 600.0  # wall-clock seconds per submission, restarts and replays included
-    disk_mb: int = 256  # each writable filesystem of the kernel (shared folder, work, /tmp)
-    cpus: float = 1.0  # CPU bandwidth of the whole sandbox (cgroup cpu quota), in cores
-    cgroup: str = ""  # "v1" / "v2": memory, pids and CPU bounded for the whole sandbox
-    max_message_mb: int = 16  # largest kernel message frame the grader accepts (zmq)
-    max_notebook_mb: float = 10.0  # largest submission file read
-    max_cells: int = 2_000  # most cells a submission may have
-    max_source_chars: int = 200_000  # longest cell source of a submission
 
 
 @dataclass
@@ -99,6 +75,8 @@ class RunOutcome:
     died: bool = False
     hung: bool = False
     over_budget: bool = False  # the submission's wall-clock budget ran out
+    exceeded: list[str] = field(default_factory=list)  # bounds hit: memory-limit, pids-limit,
+    # message-too-large (see tpp.grading.bounds and kernelspec.FastStartClient)
     reason: str = ""
     duration_s: float = 0.0
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -166,6 +144,7 @@ def run_cells(
     failed: set[str] = set()
     retried: set[object] = set()
     failures: list[tuple[str, str]] = []
+    hits: list[str] = []
     pos, restarts = 0, 0
     while pos < n:
         replay = [
@@ -177,7 +156,7 @@ def run_cells(
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
         stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups,
-                               deadline)  # fmt: skip
+                               deadline, hits)  # fmt: skip
         if event is None:
             break
         kind, reason = event
@@ -206,6 +185,7 @@ def run_cells(
     result.hung = any(k == "hung" for k, _ in failures)
     result.over_budget = any(k == "budget" for k, _ in failures)
     result.reason = failures[0][1] if failures else ""
+    result.exceeded = sorted(set(hits))
     result.duration_s = time.monotonic() - start
     result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
     return result
@@ -220,6 +200,7 @@ def _session(
     outcomes: list[CellOutcome],
     groups: list[str | None] | None = None,
     deadline: float = math.inf,
+    hits: list[str] | None = None,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
@@ -229,7 +210,10 @@ def _session(
     ``groups[index]`` timed out (and was interrupted) or raised ``MemoryError``, and that
     question is over; the kernel is not trusted with the next question (memory may still be
     held, threads left running), so the session ends at the last cell of that question.
+    The bounds the sandbox hit (``memory-limit``, ``pids-limit``, ``message-too-large``) are
+    appended to ``hits``.
     """
+    hits = hits if hits is not None else []
     groups = groups if groups is not None else [None] * len(nb.cells)
     tainted: str | None = None
     budget = ("budget", f"the submission's time budget of {limits.budget_s:g} s ran out "
@@ -280,15 +264,29 @@ def _session(
         log=_LOG,
     )
     client.on_cell_executed = on_executed
+    drops_seen: dict[int, int] = {}
+
+    def dropped() -> bool:
+        """True if ZeroMQ dropped a kernel message over the cap since the last call."""
+        kc = client.kc
+        count = kc.dropped() if hasattr(kc, "dropped") else 0
+        new = count > drops_seen.get(id(kc), 0)
+        drops_seen[id(kc)] = count
+        if new:
+            hits.append("message-too-large")
+        return new
+
     pids: list[psutil.Process] = []
     pgid: int | None = None
     group = None
     if limits.cgroup:
         try:
             group = bounds.Group(limits.cgroup, limits.memory_mb, limits.nproc, limits.cpus)
-        except OSError as exc:  # the run says so; the rlimits still hold
+        except (OSError, ValueError) as exc:  # the run says so; the rlimits still hold
             _LOG.warning("no cgroup for this kernel: %s", exc)
     FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
+    # the shared folder on the host disk (no root: no tmpfs): a watchdog bounds it instead
+    watch = None if _is_tmpfs(shared) else bounds.DiskWatch(shared, limits.disk_mb)
     kernel: psutil.Process | None = None
     stop, event = -1, None
     finished = False
@@ -303,6 +301,8 @@ def _session(
                 kernel = psutil.Process(kernel_pid) if kernel_pid else None
             except psutil.Error:
                 kernel = None
+            if watch is not None:
+                watch.pid = kernel_pid
             for j in replay:
                 if cell_timeout() is None:
                     return -1, budget
@@ -338,7 +338,7 @@ def _session(
                     pids = _descendants(kernel)
                     break
                 except CellTimeoutError:
-                    outcomes[i] = CellOutcome("timeout")
+                    outcomes[i] = CellOutcome("timeout", "message-too-large" if dropped() else "")
                     if deadline - time.monotonic() <= 0.5:
                         event = budget
                         pids = _descendants(kernel)
@@ -349,6 +349,7 @@ def _session(
                         break
                     tainted = groups[i] or tainted
                     continue
+                dropped()  # the output lost, the cell finished: the row still says so
                 reply = replies.pop(i, {})
                 if reply.get("status") == "error":
                     if reply.get("ename") == "MemoryError":
@@ -370,8 +371,16 @@ def _session(
     except RuntimeError as exc:  # the kernel did not start
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:
+        if watch is not None:
+            watch.close()
+            if watch.hit:
+                hits.append("disk-limit")
+                if event is not None and event[0] == "died":
+                    event = ("died", f"the kernel's shared folder reached {limits.disk_mb} MiB")
         if group is not None:
-            if event is not None and event[0] == "died" and group.out_of_memory():
+            hit = group.exceeded()
+            hits.extend(hit)
+            if event is not None and event[0] == "died" and "memory-limit" in hit:
                 event = ("died", f"the sandbox reached its memory limit of {limits.memory_mb} MiB")
             group.close()
         _kill_tree(pids)
@@ -383,6 +392,20 @@ def _session(
             except OSError:
                 pass
     return stop, event
+
+
+def _is_tmpfs(path: Path) -> bool:
+    """True if ``path`` is the root of a ``tmpfs`` (the grader mounted one for the kernel)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                parts = line.split()
+                sep = parts.index("-")
+                if parts[4] == os.path.realpath(path) and parts[sep + 1] == "tmpfs":
+                    return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:

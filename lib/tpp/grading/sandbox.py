@@ -89,8 +89,8 @@ def bwrap_argv(shared: str, config: dict, inner: list[str]) -> list[str]:
         argv += ["--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     else:
         argv += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
-    # no tmpfs on /tmp: it would be unbounded (bwrap 0.8 has no size option); /tmp is a
-    # root-owned folder of the sandbox's root, and TMPDIR is the private, sized work/ folder
+    # no tmpfs on /tmp (one more place to bound; bwrap >= 0.8 could size it with --size): /tmp
+    # is a root-owned folder of the sandbox's root, and TMPDIR is the private, sized work/
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/tmp"]
     parents: set[str] = set()
     for r in [*config["ro"], shared]:

@@ -8,12 +8,13 @@
 
 from tpp.planner.compare import Comparison, compare_published, error_summary
 from tpp.planner.estimate import Estimate, default_inter_link, evaluate
-from tpp.planner.layout import AXES, RECOMPUTE, Layout, chunk_rank, layers_per_chunk
-from tpp.planner.published import PUBLISHED, Published, published
+from tpp.planner.layout import AXES, RECOMPUTE, Layout, chunk_rank, layers_per_chunk, max_chunks
+from tpp.planner.published import HOLDOUT, PUBLISHED, Published, published
 from tpp.planner.search import candidate_layouts, plan
 
 __all__ = [
-    "AXES", "PUBLISHED", "RECOMPUTE", "Comparison", "Estimate", "compare_published",
+    "AXES", "HOLDOUT", "PUBLISHED", "RECOMPUTE", "Comparison", "Estimate", "compare_published",
     "error_summary", "Layout", "Published", "candidate_layouts",
-    "chunk_rank", "default_inter_link", "evaluate", "layers_per_chunk", "plan", "published",
+    "chunk_rank", "max_chunks", "default_inter_link", "evaluate", "layers_per_chunk", "plan",
+    "published",
 ]

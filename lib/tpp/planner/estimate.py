@@ -34,7 +34,8 @@ Every term comes from a module that owns it:
 
 Not modelled: clock throttling, stragglers, kernel-launch gaps beyond a fixed cost per kernel,
 contention between PP and DP traffic on the NIC (the pipeline is simulated apart).
-Memory, the runtime reserve included, is compared with the full capacity of the GPU.
+Memory, the runtime reserve included, is compared with :attr:`tpp.hardware.GPU.capacity`, the
+bytes the CUDA runtime reports (not the datasheet label) where a measurement is cited.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
 from tpp.planner.exposed import dp_cost
-from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk
+from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk, max_chunks
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
 
@@ -120,9 +121,10 @@ def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq
     if lay.tp > gpus_per_node:
         p.append(f"TP={lay.tp} is larger than a node ({gpus_per_node} GPUs): its all-reduces "
                  "would cross the inter-node network; keep TP <= GPUs per node")
-    if lay.pp * lay.virtual > model.n_layers:
+    if lay.pp * lay.virtual > max_chunks(model.n_layers):
         p.append(f"{lay.pp * lay.virtual} pipeline chunks (PP x v) for {model.n_layers} "
-                 "layers: more stages than layers; lower PP or v")
+                 f"layers: more stages than the layers plus the embedding and the LM head "
+                 f"({max_chunks(model.n_layers)} slots); lower PP or v")
     if seq_len % lay.cp or (lay.cp > 1 and seq_len % (2 * lay.cp)):
         p.append(f"CP={lay.cp} must split seq_len={seq_len} into 2 x CP equal chunks "
                  "(zig-zag balance)")
@@ -190,12 +192,35 @@ def _dp_times(lay: Layout, n_params: int, M: int, units: int, gpus_per_node: int
     return total, after
 
 
-def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
-              chunks: tuple | None = None):
+def _simulate(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float):
     sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
     res = simulate(sched, t_f=list(t_f), t_b=list(t_b), p2p_latency=transfer)
-    layers = res.peak_activation_bytes(list(chunks)) if chunks else None
-    return res.makespan, res.busy, res.peak_inflight, layers
+    return res.makespan, res.busy
+
+
+@lru_cache(maxsize=1024)
+def _held(pp: int, m: int, v: int, chunks: tuple | None = None):
+    """Peak in-flight activation sets per rank and (with the layers of each chunk, ``chunks``)
+    the peak of the layers' activations a rank holds at once, each set weighed by its own chunk.
+
+    A set is held from the start of its F to the end of its B on one rank, and every rank runs
+    its actions in the schedule's fixed order (:mod:`tpp.pipeline.simulate`), so these peaks
+    depend on that order alone, not on the durations: they are read from one simulation at
+    unit costs and cached per schedule (a test compares them with simulations at random
+    costs), instead of once per layout's stage times. Past ``M = 2P`` they no longer change:
+    the longest warm-up, rank 0's ``2 (P - 1) + (v - 1) P + 1`` chunk forwards, ends within
+    the first ``2P`` microbatches' ``2 P v`` forwards, and each later group repeats the steady
+    state (a test compares ``2P`` with up to ``6P`` at random chunk sizes), so the planner
+    simulates ``min(M, 2P)`` microbatches for them (:func:`_held_microbatches`).
+    """
+    sched = build_schedule("1f1b" if v == 1 else "interleaved", pp, m, v)
+    res = simulate(sched, t_f=1, t_b=1)
+    return res.peak_inflight, (res.peak_activation_bytes(list(chunks)) if chunks else None)
+
+
+def _held_microbatches(pp: int, m: int) -> int:
+    """The microbatches :func:`_held` simulates for ``m``: ``2P`` once ``m >= 2P``."""
+    return 2 * pp if m >= 2 * pp else m
 
 
 @lru_cache(maxsize=4096)
@@ -203,7 +228,7 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
               chunks: tuple | None = None):
     """Makespan, busy time per rank, peak in-flight activation sets per rank and (with the
     layers of each chunk, ``chunks``) the peak of the layers' activations a rank holds at once,
-    each set weighed by its own chunk (cached).
+    each set weighed by its own chunk (cached; the peaks from :func:`_held`).
 
     Past ``M = 6 P`` both schedules are in their steady state (with uneven stages the
     interleaved one needs about four groups of ``P`` to settle): one more group of ``P``
@@ -215,11 +240,37 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
         busy = m * (t_f[0] + t_b[0])
         return busy, [busy], [1], ([sum(chunks)] if chunks else None)
     if m <= 6 * pp:
-        return _simulate(pp, m, v, t_f, t_b, transfer, chunks)
-    t5, _, _, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
-    t6, busy6, peak6, layers6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer, chunks)
+        return (*_simulate(pp, m, v, t_f, t_b, transfer),
+                *_held(pp, _held_microbatches(pp, m), v, chunks))
+    t5, _ = _simulate(pp, 5 * pp, v, t_f, t_b, transfer)
+    t6, busy6 = _simulate(pp, 6 * pp, v, t_f, t_b, transfer)
     makespan = t6 + (t6 - t5) * (m - 6 * pp) / pp
-    return makespan, [b * m / (6 * pp) for b in busy6], peak6, layers6
+    return (makespan, [b * m / (6 * pp) for b in busy6],
+            *_held(pp, _held_microbatches(pp, m), v, chunks))
+
+
+def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised: int,
+                layers_r: int, layer_p: int, first: int, last: int, model: ModelConfig,
+                lay: Layout, b: int, s: int, t: int, shard_n: int, grad_bytes: int,
+                optimizer_bytes: int, zero3_prefetch: int, runtime_reserve: bool,
+                communicators: int) -> dict[str, int]:
+    """The memory terms of pipeline rank ``r`` (bytes), see :func:`evaluate`."""
+    terms = czero.model_state_terms(params_r, shard_n, lay.zero, grad_bytes=grad_bytes,
+                                    optimizer_bytes=optimizer_bytes)
+    terms["activations"] = activations
+    terms["recompute_buffer"] = rematerialised
+    terms["logits"] = 4 * b * s * -(-model.vocab_size // t) if r == P - 1 else 0
+    units = [layer_p] if layers_r else []
+    units += [first] if r == 0 else []
+    units += [last - model.norm_params] if r == P - 1 and (
+        P > 1 or not model.tied_embeddings) else []
+    terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
+        units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
+    transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
+                                        "zero3_gathered"))
+    terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
+                                if runtime_reserve else 0)
+    return terms
 
 
 def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, master_weights,
@@ -301,7 +352,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
                                                    global_batch, sequence_parallel),
-                   capacity=dev.memory,
+                   capacity=dev.capacity,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
         return est
@@ -310,8 +361,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     M = global_batch // (lay.dp * b)
     est.microbatches = M
     chunks = layers_per_chunk(model.n_layers, P * v)
-    est.layers = [sum(chunks[c] for c in range(len(chunks)) if chunk_rank(c, P) == r)
-                  for r in range(P)]
+    est.layers = [sum(chunks[r::P]) for r in range(P)]  # chunk c sits on rank c mod P
     h, V = model.d_model, model.vocab_size
     # -- parameters of each pipeline rank ------------------------------------------------------
     layer_p = cmem.layer_params_per_rank(model, t, replicate_kv=t > model.n_kv_heads)
@@ -356,8 +406,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
         last_chunk = c == len(chunks) - 1
         t_f.append(n * (f_l + tp_f + cp_f) + (hf if last_chunk else 0.0))
         t_b.append(n * (b_l + tp_b + 2 * cp_f) + (hb if last_chunk else 0.0))
-    lower = M * max(sum(t_f[c] + t_b[c] for c in range(len(chunks)) if chunk_rank(c, P) == q)
-                    for q in range(P))
+    lower = M * max(sum(t_f[q::P]) + sum(t_b[q::P]) for q in range(P))  # chunk c on c % P
     if time_bound is not None and lower > time_bound:
         est.time = {"compute_lower_bound": lower}
         est.problems.append(f"compute alone takes {lower:.3f} s > time_bound={time_bound} s")
@@ -378,38 +427,33 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
                       if lay.recompute == "full" else 0)
     communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
     shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
-    best = None
+    best, seen = None, {}
     for r in range(P):
-        terms = czero.model_state_terms(params[r], shard_n, lay.zero,
-                                        grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
-        terms["activations"] = held_layers[r] * act_layer
-        terms["recompute_buffer"] = rematerialised
-        terms["logits"] = 4 * b * s * -(-V // t) if r == P - 1 else 0
-        units = [layer_p] if est.layers[r] else []
-        units += [first] if r == 0 else []
-        units += [last - model.norm_params] if r == P - 1 and (
-            P > 1 or not model.tied_embeddings) else []
-        terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
-            units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
-        transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
-                                            "zero3_gathered"))
-        terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
-                                    if runtime_reserve else 0)
+        # ranks alike in what they hold have the same terms: compute each kind once
+        kind = (params[r], held_layers[r], est.layers[r] > 0, r == 0, r == P - 1)
+        if kind not in seen:
+            seen[kind] = _rank_terms(r, P, params[r], held_layers[r] * act_layer,
+                                     rematerialised, est.layers[r], layer_p, first, last,
+                                     model, lay, b, s, t, shard_n, grad_bytes, optimizer_bytes,
+                                     zero3_prefetch, runtime_reserve, communicators)
+        terms = seen[kind]
         total = sum(terms.values())
         if best is None or total > best[0]:
-            best = (total, r, terms)
+            best = (total, r, dict(terms))
     est.memory_bytes, est.heaviest_rank, est.memory = best
     r = est.heaviest_rank
-    if memory_first and est.memory_bytes > dev.memory:
+    if memory_first and est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))
         return est
     # -- data parallelism ----------------------------------------------------------------------
     mine = [c for c in range(len(chunks)) if chunk_rank(c, P) == r]
-    lf = [t_f[c] / chunks[c] for c in mine for _ in range(chunks[c])]
-    lb = [t_b[c] / chunks[c] for c in mine for _ in range(chunks[c])]
-    nbytes = [2 * layer_p] * len(lf)
+    # one unit per layer; a chunk with no layer (the embedding or the head alone, see
+    # layout.max_chunks) is one unit of its own time that holds no layer weights
+    lf = [t_f[c] / max(chunks[c], 1) for c in mine for _ in range(max(chunks[c], 1))]
+    lb = [t_b[c] / max(chunks[c], 1) for c in mine for _ in range(max(chunks[c], 1))]
+    nbytes = [2 * layer_p * (chunks[c] > 0) for c in mine for _ in range(max(chunks[c], 1))]
     nbytes[0] += 2 * (first if r == 0 else 0)
-    nbytes[-1] += 2 * (params[r] - layer_p * len(lf) - (first if r == 0 else 0))
+    nbytes[-1] += 2 * (params[r] - layer_p * est.layers[r] - (first if r == 0 else 0))
     opt = ccomp.optimizer_step_time(-(-params[r] // (shard_n if lay.zero else 1)), dev)
     if lay.hsdp:  # ZeRO-3 inside the node, then one all-reduce of the shard across nodes
         dp_exposed, dp_time = dp_cost(lf, lb, M, 3, shard_n, nbytes, intra, "nvlink",
@@ -433,7 +477,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     est.model_flops_per_step = global_batch * (
         model.n_layers * cflops.training_flops_per_layer(model, 1, seq_len)
         + 3 * 2 * seq_len * h * V)
-    if est.memory_bytes > dev.memory:
+    if est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))
     est.fits = not est.problems
     return est
@@ -441,5 +485,5 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
 
 def _over(need: int, r: int, dev: hardware.GPU) -> str:
     return (f"needs {need / 1e9:.1f} GB per GPU on pipeline rank {r}, "
-            f"{(need - dev.memory) / 1e9:.1f} GB over the {dev.memory / 1e9:.0f} GB of a "
-            f"{dev.name}")
+            f"{(need - dev.capacity) / 1e9:.1f} GB over the {dev.capacity / 1e9:.1f} GB a "
+            f"process can allocate on a {dev.name} (hardware.GPU.capacity)")

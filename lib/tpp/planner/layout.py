@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AXES", "RECOMPUTE", "Layout", "layers_per_chunk", "chunk_rank"]
+__all__ = ["AXES", "RECOMPUTE", "Layout", "layers_per_chunk", "chunk_rank", "max_chunks"]
 
 AXES = ("tp", "cp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
@@ -116,6 +116,23 @@ class Layout:
                 f" {z} recompute={self.recompute}{sp}")
 
 
+def max_chunks(n_layers: int) -> int:
+    """The most model chunks (PP x v) ``n_layers`` layers can be cut into: ``n_layers + 2``.
+
+    The embedding and the LM head each count as one slot when the split is uneven (see
+    :func:`layers_per_chunk`), so a chunk may hold the embedding alone or the head alone.
+    Llama 3 405B did exactly that: "the first model chunk on the first stage has only the
+    embedding, and the last model chunk on the last stage has only output projection and
+    loss calculation" (Dubey et al. 2024, arXiv:2407.21783, Sec. 3.3.2), i.e. 126 + 2 = 128
+    one-slot chunks. Megatron-LM allows the same with ``account_for_embedding_in_pipeline_split``
+    and ``account_for_loss_in_pipeline_split`` (``megatron/core/transformer/transformer_block.py``
+    asserts only ``num_layers_to_build >= 0`` for those chunks; NVIDIA/Megatron-LM @
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553).
+    """
+    _pos("n_layers", n_layers, "a model has >= 1 layer")
+    return n_layers + 2
+
+
 def layers_per_chunk(n_layers: int, chunks: int) -> list[int]:
     """Transformer layers on each of ``chunks`` = PP x v model chunks, in model order.
 
@@ -124,13 +141,15 @@ def layers_per_chunk(n_layers: int, chunks: int) -> list[int]:
     * otherwise the embedding and the LM head count as one layer each (Dubey et al. 2024,
       Sec. 3.3.2: Llama 3 405B puts one layer fewer on the first and the last stage) and the
       ``n_layers + 2`` slots are spread as evenly as possible, the leftovers going to the middle
-      chunks; the first and last chunks then give one slot to the embedding / head.
+      chunks; the first and last chunks then give one slot to the embedding / head, and may
+      hold no layer at all (at most :func:`max_chunks` chunks).
     """
     _pos("n_layers", n_layers, "a model has >= 1 layer")
     _pos("chunks", chunks, "PP x v >= 1")
-    if chunks > n_layers:
+    if chunks > max_chunks(n_layers):
         raise ValueError(f"{chunks} pipeline chunks (PP x v) for {n_layers} layers: use at most "
-                         f"{n_layers} chunks (lower PP or v)")
+                         f"{max_chunks(n_layers)} chunks, the layers plus the embedding and the "
+                         "LM head (lower PP or v)")
     if n_layers % chunks == 0:
         return [n_layers // chunks] * chunks
     q, rem = divmod(n_layers + 2, chunks)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpp import models as _models
-from tpp.models import NARAYANAN_TABLE1
+from tpp.models import MEGATRON_README_H100, NARAYANAN_TABLE1
 from tpp.planner.layout import Layout
 
-__all__ = ["Published", "PUBLISHED", "published"]
+__all__ = ["Published", "PUBLISHED", "HOLDOUT", "published"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Published:
     inter_link: str | None = None
     #: bytes per gradient element the run keeps (2: bf16; 4: fp32 accumulation, e.g. Llama 3)
     grad_bytes: int = 2
+    #: a hold-out run: added after the planner's components and defaults were settled, never
+    #: used to adjust them; its error is reported apart (:data:`HOLDOUT`)
+    holdout: bool = False
 
     @property
     def gpus(self) -> int:
@@ -90,43 +93,52 @@ for (_n, _a, _h, _L), (_t, _p, _g, _B, _tf, _pct) in zip(NARAYANAN_TABLE1, _TABL
 _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100 80GB, 8 per "
          "server, 400 Gb/s per GPU")
 #: What Dubey et al. 2024, Sec. 3.3.2 ("Parallelism for model scaling") documents of the 405B
-#: run's memory, and where the planner meets it:
+#: run's memory, and where the planner meets it (FROM THE PAPER):
 #:
+#: * TP, CP, PP, DP, sequence length and "batch size/DP" of each row: Table 4;
 #: * FSDP "shards optimizer states and gradients, but not model parameters after the forward"
 #:   (weights are not resharded after the forward): ``zero=2`` (full weights of the stage held
 #:   through forward and backward, states and gradients sharded over DP x CP);
 #: * "FP32 gradient accumulation during backward computation over multiple micro-batches" and
 #:   gradients reduce-scattered "in FP32" (Sec. 3.3.2, numerical stability): ``grad_bytes=4``;
-#: * "one Transformer layer fewer" on the first and the last stage, which hold the embedding and
-#:   the LM head (126 = 16 x 8 - 2 layers): :func:`tpp.planner.layout.layers_per_chunk`
-#:   places them so, 7 layers on the first and last rank, 8 on the others;
-#: * 8K sequences "without activation checkpointing": ``recompute="none"`` for the 8K runs (the
-#:   paper says nothing of the 128K stage: selective kept, our assumption; with a flash kernel
-#:   selective and none hold the same bytes in :func:`tpp.costs.memory.model_activation_terms`);
-#: * input and output tensors of each stage "deallocated" once sent / used: the planner keeps no
+#: * "we reduce one Transformer layer each from the first and the last stages, respectively.
+#:   This means that the first model chunk on the first stage has only the embedding, and the
+#:   last model chunk on the last stage has only output projection and loss calculation":
+#:   a chunk holds one slot, so 126 layers + embedding + head = 128 one-slot chunks over
+#:   PP = 16 ranks, i.e. ``virtual = 128 / 16 = 8`` (the "V pipeline stages on one pipeline
+#:   rank" of the interleaved schedule), 7 layers on the first and the last rank and 8 on the
+#:   others (:func:`tpp.planner.layout.layers_per_chunk`, :func:`~tpp.planner.layout.max_chunks`);
+#: * 8K sequences "without activation checkpointing": ``recompute="none"`` for the 8K runs;
+#: * input and output tensors of each stage "proactively deallocated": the planner keeps no
 #:   stage-output copy (its in-flight bytes are the layers' own activations);
-#: * an interleaved schedule with a freely chosen number ``N`` of microbatches per round
-#:   (Fig. 6): Megatron-LM implements it as ``microbatch_group_size_per_vp_stage`` (default
-#:   ``P``; ``megatron/core/pipeline_parallel/schedules.py``,
-#:   ``forward_backward_pipelining_with_interleaving``, which raises unless ``P <= N <= M``)
-#:   with warm-up ``2 (P - r - 1) + (v - 1) N`` chunks, so ``N > P`` holds *more* in flight,
-#:   never fewer; the planner simulates ``N = P`` (Megatron's interleaved 1F1B), a lower bound
-#:   for the paper's schedule at the same ``v``.
-_L3_ASSUMED = ("not stated in the paper, our assumptions: microbatch size 1; interleaving v=4 "
-               "(Sec. 3.3.2 uses an interleaved schedule, v is not given); N = P microbatches "
-               "per round (Megatron's default; a larger N holds more in flight); "
-               "FlashAttention-2 kernels (the public flash kernel when the model was trained; "
-               "the paper names none); fp32 Adam moments and fp32 master weights; selective "
-               "recomputation at 128K. Stated by Sec. 3.3.2: ZeRO-2-like FSDP (weights not "
-               "resharded after the forward), fp32 gradients, one layer fewer on the first and "
-               "last stages, no activation checkpointing at 8K")
+#: * an interleaved schedule with a tunable number ``N`` of contiguous microbatches (Fig. 6),
+#:   "finding a sweet spot between DFS and breadth first schedule (BFS)", i.e. ``P <= N <= M``.
+#:
+#: OUR ASSUMPTIONS (the paper does not give them), each the planner's default:
+#:
+#: * ``N = P`` (Megatron-LM's default ``microbatch_group_size_per_vp_stage``; its
+#:   ``forward_backward_pipelining_with_interleaving`` in
+#:   ``megatron/core/pipeline_parallel/schedules.py`` @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
+#:   raises unless ``P <= N <= M`` and warms up ``2 (P - r - 1) + (v - 1) N`` chunks, so a larger
+#:   ``N`` holds *more* in flight: ``N = P`` is the least memory the paper's schedule can hold);
+#: * microbatch size 1 sequence; FlashAttention-2 kernels (the paper names no kernel); fp32
+#:   Adam moments and fp32 master weights; selective recomputation at 128K (the paper says
+#:   nothing of the 128K stage; with a flash kernel selective and none hold the same bytes in
+#:   :func:`tpp.costs.memory.model_activation_terms`).
+_L3_ASSUMED = ("not stated in the paper, our assumptions (the planner's defaults): microbatch "
+               "size 1; N = P contiguous microbatches (Megatron's default, the least in flight); "
+               "FlashAttention-2 kernels; fp32 Adam moments and fp32 master weights; selective "
+               "recomputation at 128K. From Sec. 3.3.2: ZeRO-2-like FSDP (weights not resharded "
+               "after the forward), fp32 gradients, v = 8 (the first chunk holds only the "
+               "embedding and the last only the head: 128 one-slot chunks on 16 ranks), no "
+               "activation checkpointing at 8K")
 for _key, _lay, _s, _B, _rep in (
-    ("llama3_405b_8k_8192", Layout(tp=8, pp=16, dp=64, virtual=4, zero=2,
+    ("llama3_405b_8k_8192", Layout(tp=8, pp=16, dp=64, virtual=8, zero=2,
                                     recompute="none"), 8192, 2048, "430 TFLOPs/GPU, 43% MFU"),
-    ("llama3_405b_8k_16384", Layout(tp=8, pp=16, dp=128, virtual=4, zero=2,
+    ("llama3_405b_8k_16384", Layout(tp=8, pp=16, dp=128, virtual=8, zero=2,
                                      recompute="none"), 8192, 2048,
      "400 TFLOPs/GPU, 41% MFU"),
-    ("llama3_405b_128k_16384", Layout(tp=8, cp=16, pp=16, dp=8, virtual=4, zero=2,
+    ("llama3_405b_128k_16384", Layout(tp=8, cp=16, pp=16, dp=8, virtual=8, zero=2,
                                        recompute="selective"), 131072, 128,
      "380 TFLOPs/GPU, 38% MFU"),
 ):
@@ -193,3 +205,30 @@ for _key, _m, _rc, _wps in (("torchtitan_llama3_8b", "llama3_8b", "selective", 2
         "sequence 8192 (Llama 3's), selective-op checkpointing taken as selective, PyTorch SDPA "
         "taken as FlashAttention-2, FSDP2 as ZeRO-3 with one unit per layer, InfiniBand HDR per "
         "GPU (the cluster's network is not stated)", measured=_wps, metric="tokens_per_gpu_s")
+
+#: HOLD-OUT: Megatron-LM's H100 weak-scaling table (NVIDIA/Megatron-LM README.md and
+#: images/model_table.png @ f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4, 2024-07-15), added with
+#: the planner's components and defaults frozen and never used to adjust them. From the
+#: source: model shapes, TP, PP, DP, GPUs, global batch, sequence 4096, per-GPU TFLOP/s;
+#: ``--overlap-grad-reduce --overlap-param-gather`` (which Megatron-LM only accepts with the
+#: distributed optimizer, i.e. ZeRO-1: megatron/training/arguments.py at that commit) and
+#: ``--tp-comm-overlap`` (which asserts sequence parallelism, same file). The TFLOP/s are
+#: Megatron's ``num_floating_point_operations`` at that commit: 3 passes, full s x s
+#: attention, the planner's ``model_flops_per_step``. Unknown, the planner's defaults:
+#: microbatch 1, no interleaving, no recomputation, FlashAttention-2, fp32 Adam states,
+#: bf16 gradients, InfiniBand NDR per GPU. The planner cannot express ``--tp-comm-overlap``
+#: (its TP collectives are blocking), so TP > 1 runs are expected to be predicted slow.
+_MLM_SRC = ("NVIDIA/Megatron-LM README.md and images/model_table.png @ "
+            "f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4 (H100 weak scaling, 2024-07-15)")
+for (_n, _a, _h, _L, _t, _p, _d, _g, _B, _tf, _mfu) in MEGATRON_README_H100:
+    _key = f"megatron_h100_{_n:g}b".replace(".", "_")
+    PUBLISHED[_key] = Published(
+        _key, _key, "h100_sxm",
+        Layout(tp=_t, pp=_p, dp=_d, zero=1, recompute="none", sp=True), 4096, _B,
+        f"{_tf} TFLOP/s per GPU, {_mfu}% MFU", _MLM_SRC,
+        "the planner's defaults: microbatch 1, no interleaving, no recomputation, "
+        "FlashAttention-2, fp32 Adam states, InfiniBand NDR; --tp-comm-overlap not modelled "
+        "(TP collectives blocking)", measured=_tf, metric="mfu", holdout=True)
+
+#: Keys of the hold-out runs (reported apart from the runs the planner was built against).
+HOLDOUT: tuple[str, ...] = tuple(k for k, p in PUBLISHED.items() if p.holdout)

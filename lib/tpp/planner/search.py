@@ -12,7 +12,7 @@ from tpp import hardware
 from tpp.costs import zero as czero
 from tpp.models import ModelConfig
 from tpp.planner.estimate import Estimate, _hsdp_shard, _structure_problems, evaluate
-from tpp.planner.layout import RECOMPUTE, Layout
+from tpp.planner.layout import RECOMPUTE, Layout, max_chunks
 
 __all__ = ["plan", "candidate_layouts"]
 
@@ -23,7 +23,7 @@ def _divisors(n: int) -> list[int]:
 
 def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, seq_len: int,
                       global_batch: int, cps: tuple[int, ...] = (1,),
-                      virtuals: tuple[int, ...] = (1, 2, 4),
+                      virtuals: tuple[int, ...] = (1, 2, 4, 8),
                       microbatch_sizes: tuple[int, ...] = (1, 2, 4),
                       zeros: tuple[int, ...] = (0, 1, 2, 3),
                       recomputes: tuple[str, ...] = RECOMPUTE,
@@ -37,9 +37,10 @@ def candidate_layouts(model: ModelConfig, gpus: int, *, gpus_per_node: int = 8, 
     for tp in (d for d in divs if d <= gpus_per_node):
         for cp in (c for c in cps if (gpus // tp) % c == 0):
             rest = gpus // (tp * cp)
-            for pp in (d for d in _divisors(rest) if d <= model.n_layers):
+            top = max_chunks(model.n_layers)
+            for pp in (d for d in _divisors(rest) if d <= top):
                 dp = rest // pp
-                for v in (x for x in virtuals if x == 1 or (pp > 1 and pp * x <= model.n_layers)):
+                for v in (x for x in virtuals if x == 1 or (pp > 1 and pp * x <= top)):
                     for b in microbatch_sizes:
                         base = Layout(tp, pp, dp, cp, v, b)
                         if _structure_problems(model, base, gpus_per_node, seq_len,
@@ -65,7 +66,7 @@ def plan(model: ModelConfig, gpus: int, *, gpu: str = "h100_sxm", gpus_per_node:
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"top={top!r} must be an int >= 1")
-    cap = hardware.gpu(gpu).memory
+    cap = hardware.gpu(gpu).capacity
     cands = candidate_layouts(model, gpus, gpus_per_node=gpus_per_node, seq_len=seq_len,
                               global_batch=global_batch, **space)
     if not cands:

@@ -1,0 +1,137 @@
+"""The chapters executed in parallel before Sphinx reads them (issue 22).
+
+With ``execute_notebooks: cache`` myst-nb executes each notebook when Sphinx reads it, one after
+another, and stores the executed notebook in jupyter-cache. At ``env-before-read-docs`` this
+extension executes, in ``TPP_BUILD_JOBS`` worker processes (default: the CPUs this process may
+use), every notebook about to be read that has no cache record for its current code, with the
+call myst-nb makes (``jupyter_cache.executors.utils.single_nb_execution``: the notebook's folder
+as working directory, the configured timeout and ``allow_errors``), and stores each execution
+that succeeded as myst-nb would (``cache_notebook_bundle(..., check_validity=False)``). myst-nb
+then reads them from the cache ("Using cached notebook"). A notebook whose execution failed is not
+stored: myst-nb executes it again when it reads it and fails the strict build with its traceback,
+exactly as without this extension. ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb.
+
+The longest executions go first (their last recorded ``execution_seconds``), so that the slowest
+chapter does not start last.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from fnmatch import fnmatch
+from multiprocessing import get_context
+from pathlib import Path
+
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+
+def jobs() -> int:
+    """Worker processes: ``TPP_BUILD_JOBS``, else the CPUs this process may run on."""
+    value = os.environ.get("TPP_BUILD_JOBS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"TPP_BUILD_JOBS={value!r}: set a whole number of processes >= 1 "
+                             "(1 = no parallel execution)")
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def execute_one(path: str, timeout: int | None, allow_errors: bool):
+    """Worker: execute the notebook at ``path`` in its folder; returns
+    ``(path, executed notebook as JSON or None, seconds, traceback or None)``."""
+    import nbformat
+    from jupyter_cache.executors.utils import single_nb_execution
+    from myst_nb.core.read import standard_nb_read
+
+    nb = standard_nb_read(Path(path).read_text(encoding="utf8"))
+    result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
+                                 allow_errors=allow_errors, meta_override=True)
+    if result.err is not None:
+        return path, None, result.time, result.exc_string
+    return path, nbformat.writes(nb), result.time, None
+
+
+def _last_seconds(cache) -> dict[str, float]:
+    """The last recorded execution time of each notebook (by path) in the cache."""
+    seconds: dict[str, float] = {}
+    for record in sorted(cache.list_cache_records(), key=lambda r: r.created):
+        t = (record.data or {}).get("execution_seconds")
+        if t is not None:
+            seconds[record.uri] = float(t)
+    return seconds
+
+
+def _to_execute(app, env, docnames) -> list[Path]:
+    """The notebooks among ``docnames`` that myst-nb would execute now (no cache match)."""
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import standard_nb_read
+
+    config = env.mystnb_config
+    cache = get_cache(config.execution_cache_path)
+    todo = []
+    for docname in sorted(docnames):
+        path = Path(env.doc2path(docname))
+        if path.suffix != ".ipynb" or any(fnmatch(str(path), p)
+                                          for p in config.execution_excludepatterns):
+            continue
+        nb = standard_nb_read(path.read_text(encoding="utf8"))
+        try:
+            cache.match_cache_notebook(nb)
+        except KeyError:
+            todo.append(path)
+    return todo
+
+
+def pre_execute(app, env, docnames) -> None:
+    """``env-before-read-docs``: execute the notebooks to be read, in parallel, into the cache."""
+    config = getattr(env, "mystnb_config", None)
+    n_jobs = jobs()
+    if config is None or config.execution_mode != "cache" or n_jobs < 2 or \
+            config.execution_in_temp:
+        return
+    todo = _to_execute(app, env, docnames)
+    if len(todo) < 2:
+        return  # nothing to overlap: myst-nb executes it
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(config.execution_cache_path)
+    last = _last_seconds(cache)
+    todo.sort(key=lambda p: -last.get(str(p), 0.0))
+    workers = min(n_jobs, len(todo))
+    logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
+    start = time.perf_counter()
+    failed = []
+    # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(execute_one, str(p), config.execution_timeout,
+                               config.execution_allow_errors) for p in todo]
+        for future in as_completed(futures):
+            path, text, seconds, tb = future.result()
+            rel = os.path.relpath(path, app.srcdir)
+            if text is None:
+                failed.append(rel)
+                logger.info(f"[tpp_execute] {rel}: failed after {seconds:.1f} s (myst-nb runs "
+                            "it again and reports the error)")
+                continue
+            cache.cache_notebook_bundle(
+                CacheBundleIn(nbformat.reads(text, as_version=4), path,
+                              data={"execution_seconds": seconds}),
+                check_validity=False, overwrite=True)
+            logger.info(f"[tpp_execute] {rel}: executed in {seconds:.1f} s")
+    logger.info(f"[tpp_execute] {len(todo) - len(failed)} of {len(todo)} notebooks executed "
+                f"in {time.perf_counter() - start:.1f} s ({workers} processes)")
+
+
+def setup(app):
+    # after myst-nb's own set-up (it creates env.mystnb_config at builder-inited)
+    app.connect("env-before-read-docs", pre_execute)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
