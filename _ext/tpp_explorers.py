@@ -125,7 +125,7 @@ _BACKGROUND: dict[str, subprocess.Popen] = {}
 
 def data_key() -> str:
     """A hash of what the data depend on: every file of the ``tpp`` package and this file."""
-    lib = Path(_explorers().__file__).parent
+    lib = Path(_explorers().__file__).parents[1]  # lib/tpp (the explorers are in tpp/site/)
     h = hashlib.sha256(Path(__file__).read_bytes())
     for path in sorted(lib.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
