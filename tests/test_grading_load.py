@@ -4,6 +4,7 @@ grades correct submissions: every row is full marks or an honest ``timeout``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import subprocess
@@ -14,7 +15,9 @@ from tpp.grading.assign import exercise_text
 from tpp.grading.example import CORRECT, submission, write_demo_master
 from tpp.grading.grade import GradeOptions, grade_folder
 from tpp.grading.notebook import parse_master
-from tpp.grading.run import cpu_count, startup_wait
+from tpp.grading.reference import load_reference
+from tpp.grading.rows import _grade
+from tpp.grading.run import cpu_count, run_cells, startup_wait
 
 pytestmark = pytest.mark.slow
 BURN_CPU_SECONDS = 120  # each burner dies by itself after this much CPU time
@@ -59,3 +62,58 @@ def test_correct_submissions_on_a_saturated_machine_get_full_marks(tmp_path, bwr
             assert row["total"] == master.max_points, row
         else:
             assert row["reason"], row
+
+
+class _Burning:
+    """CPU burners of the test's own (2 per core, RLIMIT_CPU-bounded), killed on exit."""
+
+    def __enter__(self) -> _Burning:
+        self.procs = [_burner() for _ in range(2 * cpu_count())]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for b in self.procs:
+            b.kill()
+        for b in self.procs:
+            b.wait()
+
+
+def _limits(**kw: float) -> object:
+    return dataclasses.replace(GradeOptions(timeout=30).limits(), **kw)
+
+
+def test_a_kernel_slower_to_start_than_its_wait_is_started_again_not_failed(tmp_path, bwrap):
+    """The CI flake (issue 20, load): a kernel that had not answered ``kernel_info`` within
+    the start-up wait was a "death" (retried once, then the run ended: every question
+    ``not-run``). On a busy machine the wait is what is too short, not the submission: a
+    first wait of 20 ms (shorter than any kernel's start, as the machine's load makes the
+    configured one) must cost time, not the run. (Before, waits were floored at 1 s, which a
+    kernel in its own cgroup meets here even beside the burners: this test guards the retry
+    path; the next one failed before the fix, with every question ``not-run``.)"""
+    work = tmp_path / "k" / "work"
+    work.mkdir(parents=True)
+    with _Burning():
+        out = run_cells(["x = 6 * 7", "assert x == 42"], work, _limits(startup_timeout=0.02))
+    assert not out.died and not out.over_budget, out.reason
+    assert [c.status for c in out.cells] == ["ok", "ok"]
+    assert out.slow_starts >= 1  # the short wait was met (the path of the flake was taken)
+
+
+def test_a_budget_spent_starting_the_kernel_is_an_honest_timeout_not_not_run(tmp_path, bwrap):
+    """If the machine is so slow that the submission's one budget runs out before its kernel
+    answers, the row is ``timeout`` with the reason, each question ``timeout``: never
+    ``not-run``, ``kernel-died`` or a score."""
+    master_path = write_demo_master(tmp_path / "solutions")
+    master = parse_master(master_path)
+    reference = load_reference(master, _limits(), tmp_path / "cache")
+    ex = json.loads(exercise_text(master))
+    sub = tmp_path / "s.ipynb"
+    sub.write_text(json.dumps(submission(ex, CORRECT)))
+    with _Burning():
+        row = _grade(sub, "s", sub.name, master, reference,
+                     _limits(startup_timeout=0.02, budget_s=0.2))  # fmt: skip
+    results = {q: v["result"] for q, v in row["questions"].items()}
+    assert set(results.values()) == {"timeout"}, results
+    assert row["status"] == "timeout", row
+    assert "budget" in row["reason"], row["reason"]
+    assert row["total"] == 0

@@ -116,6 +116,11 @@ def kernelspec_dir(limits: Limits) -> Path:
     return root
 
 
+class StartTimeout(RuntimeError):
+    """The kernel is alive but did not answer ``kernel_info`` within the start-up wait: the
+    machine was slow (load), not the submission; the runner starts it again with a longer wait."""
+
+
 FLUSH_S = 0.02  # IOPub quiet time that ends start-up (jupyter_client waits 0.2 s every time)
 
 
@@ -130,14 +135,19 @@ class FastStartClient(AsyncKernelClient):
     only messages whose parent is the cell's request).
     """
 
+    start_wait_s: float | None = None  # set per kernel by the runner (nbclient's is whole seconds)
+
     async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
         from queue import Empty
 
+        if self.start_wait_s is not None:
+            timeout = self.start_wait_s
         deadline = time.time() + (float("inf") if timeout is None else timeout)
         while True:
             self.kernel_info()
             try:
-                msg = await ensure_async(self.shell_channel.get_msg(timeout=1))
+                wait = max(0.01, min(1.0, deadline - time.time()))
+                msg = await ensure_async(self.shell_channel.get_msg(timeout=wait))
             except Empty:
                 pass
             else:
@@ -152,7 +162,7 @@ class FastStartClient(AsyncKernelClient):
             if not await self._async_is_alive():
                 raise RuntimeError("Kernel died before replying to kernel_info")
             if time.time() > deadline:
-                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+                raise StartTimeout(f"the kernel did not answer within {timeout:.3g} s of starting")
             await asyncio.sleep(0)
         while True:
             try:

@@ -286,6 +286,11 @@ def _grade(
             missing_q.append(q.id)
         elif _not_attempted(master, answers, q.id):
             result, detail = "not-attempted", ""
+        elif getattr(outcome, "over_budget", False) and any(
+            kinds[i] == "serialise" and statuses[i] == "not-run" for i in idx
+        ):  # the run's time ran out (a busy machine included) before this question: honest
+            result, detail = "timeout", outcome.reason
+            timeouts.append(q.id)
         elif isinstance(rec, str):
             if any(kinds[i] == "serialise" and statuses[i] == "not-run" for i in idx):
                 result, detail = "not-run", outcome.reason

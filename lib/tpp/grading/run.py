@@ -39,6 +39,7 @@ from tpp.grading.kernelspec import (
     KERNEL_NAME,
     FastStartClient,
     GraderClient,
+    StartTimeout,
     guard_config,  # noqa: F401 - re-exported
     kernelspec_dir,
 )
@@ -53,6 +54,7 @@ from tpp.grading.reaper import (
 )
 
 PROBE_TIMEOUT = 5
+MAX_SLOW_STARTS = 8  # a kernel slow to start is started again, each time with twice the wait
 _LOG = logging.getLogger("tpp.grading.nbclient")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
@@ -74,7 +76,9 @@ class RunOutcome:
     cells: list[CellOutcome]
     died: bool = False
     hung: bool = False
-    over_budget: bool = False  # the submission's wall-clock budget ran out
+    over_budget: bool = False  # the submission's wall-clock budget ran out (or the machine
+    # was too slow to start a kernel in MAX_SLOW_STARTS tries): a timeout, never a score
+    slow_starts: int = 0  # kernels that did not answer in their start-up wait (machine load)
     exceeded: list[str] = field(default_factory=list)  # bounds hit: memory-limit, pids-limit,
     # message-too-large (see tpp.grading.bounds and kernelspec.FastStartClient)
     reason: str = ""
@@ -120,6 +124,10 @@ def run_cells(
     or the kernel had to be killed after a timeout, execution goes on after ``g``, skipping the
     rest of it: one question's failure does not cost the others. At most ``max_restarts``
     kernels are started after the first; a failure in a setup cell ends the run.
+    A kernel alive but not answering within its start-up wait (:func:`startup_wait`: the
+    machine is busy) is not the submission's failure: it is started again with twice the wait,
+    within the one budget; if the budget runs out first the outcome is ``over_budget`` (the
+    row says ``timeout``), never a question left "not run".
     ``private[i]``: cell ``i`` runs without being stored in the kernel's input history
     (``In``, ``_ih``, ``_i<n>``), so that later cells cannot read its source.
     """
@@ -145,7 +153,8 @@ def run_cells(
     retried: set[object] = set()
     failures: list[tuple[str, str]] = []
     hits: list[str] = []
-    pos, restarts = 0, 0
+    pos, restarts, slow = 0, 0, 0
+    wait = startup_wait(limits.startup_timeout)
     while pos < n:
         replay = [
             j
@@ -156,11 +165,21 @@ def run_cells(
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
         stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups,
-                               deadline, hits)  # fmt: skip
+                               deadline, hits, wait)  # fmt: skip
         if event is None:
             break
         kind, reason = event
+        if kind == "slow-start":  # the machine, not the submission: again, with a longer wait
+            slow += 1
+            wait *= 2
+            if slow < MAX_SLOW_STARTS:
+                continue
+            kind = "budget"
+            reason = (f"the kernel did not start in {slow} tries (the last wait "
+                      f"{wait / 2:.3g} s): the machine is too busy; grade again")  # fmt: skip
         if kind == "budget":
+            if slow:
+                reason += f"; {slow} kernel start(s) too slow for the machine's load"
             failures.append((kind, reason))
             break
         g = groups[stop] if stop >= 0 else None
@@ -185,6 +204,7 @@ def run_cells(
     result.hung = any(k == "hung" for k, _ in failures)
     result.over_budget = any(k == "budget" for k, _ in failures)
     result.reason = failures[0][1] if failures else ""
+    result.slow_starts = slow
     result.exceeded = sorted(set(hits))
     result.duration_s = time.monotonic() - start
     result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
@@ -201,6 +221,7 @@ def _session(
     groups: list[str | None] | None = None,
     deadline: float = math.inf,
     hits: list[str] | None = None,
+    start_wait: float | None = None,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
@@ -211,7 +232,8 @@ def _session(
     question is over; the kernel is not trusted with the next question (memory may still be
     held, threads left running), so the session ends at the last cell of that question.
     The bounds the sandbox hit (``memory-limit``, ``pids-limit``, ``message-too-large``) are
-    appended to ``hits``.
+    appended to ``hits``. Kind ``slow-start``: the kernel did not answer within ``start_wait``
+    seconds (default :func:`startup_wait` of ``limits.startup_timeout``), capped by the budget.
     """
     hits = hits if hits is not None else []
     groups = groups if groups is not None else [None] * len(nb.cells)
@@ -229,6 +251,8 @@ def _session(
 
     if deadline - time.monotonic() <= 0:
         return -1, budget
+    wait_s = startup_wait(limits.startup_timeout) if start_wait is None else start_wait
+    wait_s = max(0.01, min(wait_s, deadline - time.monotonic()))
     replies: dict[int, dict[str, Any]] = {}
 
     def on_executed(cell: Any = None, cell_index: int = 0, execute_reply: Any = None) -> None:
@@ -258,8 +282,7 @@ def _session(
         allow_errors=True,
         interrupt_on_timeout=False,
         record_timing=False,
-        startup_timeout=max(1, math.ceil(min(startup_wait(limits.startup_timeout),
-                                             max(1.0, deadline - time.monotonic())))),
+        startup_timeout=max(1, math.ceil(wait_s)),
         shutdown_kernel="immediate",
         log=_LOG,
     )
@@ -285,6 +308,7 @@ def _session(
         except (OSError, ValueError) as exc:  # the run says so; the rlimits still hold
             _LOG.warning("no cgroup for this kernel: %s", exc)
     FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
+    FastStartClient.start_wait_s = wait_s  # nbclient's startup_timeout is whole seconds
     # the shared folder on the host disk (no root: no tmpfs): a watchdog bounds it instead
     watch = None if _is_tmpfs(shared) else bounds.DiskWatch(shared, limits.disk_mb)
     kernel: psutil.Process | None = None
@@ -368,6 +392,8 @@ def _session(
     except (KeyError, ValueError, TypeError):  # while shutting a broken kernel down
         if not finished:
             event = event or ("died", "the kernel broke the Jupyter protocol")
+    except StartTimeout as exc:  # alive, but slower to start than the wait: the machine
+        stop, event = -1, ("slow-start", str(exc)[:200])
     except RuntimeError as exc:  # the kernel did not start
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:
@@ -433,13 +459,25 @@ def _recover(client: GraderClient, km: AsyncKernelManager, index: int) -> bool:
 
 
 def startup_wait(seconds: float) -> float:
-    """A start-up wait that scales with the machine's load: ``seconds`` times the 1-minute load
-    average per core (at least 1), so that a busy machine makes grading slower, never wrong."""
+    """A start-up wait that scales with the machine's load: ``seconds`` times the load per core
+    (at least 1), so that a busy machine makes grading slower, never wrong. The load is the
+    larger of the 1-minute load average and the tasks runnable now (``/proc/loadavg``, this
+    one excluded): the average lags a load that just began (a test run starting) by a minute."""
     try:
-        load = os.getloadavg()[0] / cpu_count()
+        load = os.getloadavg()[0]
     except OSError:  # pragma: no cover - no load average
         load = 1.0
-    return seconds * max(1.0, load)
+    load = max(load, runnable_now() - 1)
+    return seconds * max(1.0, load / cpu_count())
+
+
+def runnable_now() -> int:
+    """Tasks runnable at this instant (the 4th field of ``/proc/loadavg``); 0 if unknown."""
+    try:
+        with open("/proc/loadavg") as fh:
+            return int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def cpu_count() -> int:
