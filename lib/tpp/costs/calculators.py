@@ -169,15 +169,24 @@ def megatron_activation_bytes_sp(
     """
     _pos(s=s, b=b, h=h, ffn_hidden_size=ffn_hidden_size, num_layers=num_layers, tp=tp, pp=pp)
     mem = s * b * h * (18 + 4 * ffn_hidden_size / h) * num_layers
-    mem += 8 * s * b * pp + s * b * h * pp
-    if vpp is not None:
-        mem *= megatron_interleaved_penalty(pp, vpp)
-    elif pp > 1 and num_microbatches is not None:
-        mem *= min(1, num_microbatches / pp)
+    mem = _embedding_and_pipeline(mem, s, b, h, pp, vpp, num_microbatches)
     if pp == 1:
         mem += s * b * h * 4 * (1 + padded_vocab_size / h)
     return mem / tp
 
+
+
+def _embedding_and_pipeline(mem: float, s: int, b: int, h: int, pp: int, vpp: int | None,
+                            num_microbatches: int | None) -> float:
+    """The part both of Megatron's activation functions share (``theoretical_memory_usage.py``
+    at 1bcb3b9): the embedding terms ``8 s b pp + s b h pp`` added, then the in-flight factor,
+    :func:`megatron_interleaved_penalty` with ``vpp`` or ``min(1, M/pp)`` without it."""
+    mem += 8 * s * b * pp + s * b * h * pp
+    if vpp is not None:
+        return mem * megatron_interleaved_penalty(pp, vpp)
+    if pp > 1 and num_microbatches is not None:
+        return mem * min(1, num_microbatches / pp)
+    return mem
 
 def megatron_activation_bytes_no_sp(
     s: int, b: int, h: int, num_layers: int, tp: int = 1, pp: int = 1, vpp: int | None = None,
@@ -192,11 +201,7 @@ def megatron_activation_bytes_no_sp(
     """
     _pos(s=s, b=b, h=h, num_layers=num_layers, tp=tp, pp=pp)
     mem = s * b * h * (10 + 24 / tp) * num_layers
-    mem += 8 * s * b * pp + s * b * h * pp
-    if vpp is not None:
-        mem *= megatron_interleaved_penalty(pp, vpp)
-    elif pp > 1 and num_microbatches is not None:
-        mem *= min(1, num_microbatches / pp)
+    mem = _embedding_and_pipeline(mem, s, b, h, pp, vpp, num_microbatches)
     if pp == 1:
         mem += (s * b * padded_vocab_size / tp + s * b * h) * 2
     return mem * 1.05
