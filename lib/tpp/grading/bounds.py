@@ -296,6 +296,22 @@ class DiskWatch:
                         pass
                 self._purge()
 
+    def settle(self, wait_s: float = 5.0) -> None:
+        """After a hit and the sandbox's kill: delete what the dying kernel wrote after the
+        watchdog's own purge (its processes take a moment to end), until two looks
+        :attr:`PERIOD_S` apart find the folder unchanged, so the next attempt on this folder
+        does not start over the limit."""
+        import time
+
+        end, before = time.monotonic() + wait_s, None
+        while True:
+            self._purge()
+            now = self.usage()
+            if now == before or time.monotonic() > end:
+                return
+            before = now
+            time.sleep(self.PERIOD_S)
+
     def _purge(self) -> None:
         for root, _dirs, files in os.walk(self.folder, topdown=False):
             for name in files:

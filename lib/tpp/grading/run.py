@@ -412,6 +412,8 @@ def _session(
         _kill_tree(pids)
         _kill_group(pgid, kernel)
         _kill_adopted(adopted_before)
+        if watch is not None and watch.hit:
+            watch.settle()  # what the kernel wrote while it was being killed
         for p in shared.glob(f"*{token}*"):
             try:
                 p.unlink()
