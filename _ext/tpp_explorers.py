@@ -116,7 +116,8 @@ def write_data(outdir: Path, names=None) -> dict[str, int]:
 
 
 # --------------------------------------------------- the data, computed once per library version
-# The tables take minutes (the memory explorer evaluates the planner on 4,608 layouts) and depend
+# The tables take seconds (the memory explorer's 4,608 layouts use the planner's memory-only entry
+# point, tpp.planner.memory_table, not the timed evaluate: bench/bench_explorers.py) and depend
 # only on the library and this file: they are computed once per version of those, in a separate
 # process started when the build starts (so that it runs beside the chapters' execution), kept in
 # _build/.tpp_explorers/<hash>/ and copied into every HTML build of that version.

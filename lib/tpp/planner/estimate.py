@@ -218,6 +218,19 @@ def _held(pp: int, m: int, v: int, chunks: tuple | None = None):
     return res.peak_inflight, (res.peak_activation_bytes(list(chunks)) if chunks else None)
 
 
+def _held_layers(pp: int, m: int, v: int, chunks: tuple) -> list[int]:
+    """The peak of the layers' activations each pipeline rank holds at once (``chunks``: the
+    layers of each chunk), as :func:`_pipeline` returns it, without timing the schedule."""
+    if pp == 1:
+        return [sum(chunks)]
+    return _held(pp, _held_microbatches(pp, m), v, chunks)[1]
+
+
+def _sequence_parallel(lay: Layout, sequence_parallel: bool | None) -> bool:
+    """Whether sequence parallelism is on: ``sequence_parallel``, by default when TP > 1."""
+    return lay.tp > 1 and (lay.sp if sequence_parallel is None else sequence_parallel)
+
+
 def _held_microbatches(pp: int, m: int) -> int:
     """The microbatches :func:`_held` simulates for ``m``: ``2P`` once ``m >= 2P``."""
     return 2 * pp if m >= 2 * pp else m
@@ -249,6 +262,25 @@ def _pipeline(pp: int, m: int, v: int, t_f: tuple, t_b: tuple, transfer: float,
             *_held(pp, _held_microbatches(pp, m), v, chunks))
 
 
+def _rank_params(model: ModelConfig, lay: Layout
+                 ) -> tuple[list[int], list[int], int, int, int, list[int]]:
+    """Layers of each pipeline chunk, layers of each pipeline rank (chunk ``c`` sits on rank
+    ``c mod P``), the parameters of one layer on a rank, of the first stage's embedding, of the
+    last stage's LM head, and the parameters each pipeline rank holds."""
+    t, P = lay.tp, lay.pp
+    chunks = layers_per_chunk(model.n_layers, P * lay.virtual)
+    layers = [sum(chunks[r::P]) for r in range(P)]
+    h, V = model.d_model, model.vocab_size
+    layer_p = cmem.layer_params_per_rank(model, t, replicate_kv=t > model.n_kv_heads)
+    emb = -(-V // t) * h
+    first = emb + model.learned_positions * h
+    last = model.norm_params + emb  # LM head (a copy of the tied embedding when tied)
+    params = [layers[r] * layer_p for r in range(P)]
+    params[0] += first
+    params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
+    return chunks, layers, layer_p, first, last, params
+
+
 def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised: int,
                 layers_r: int, layer_p: int, first: int, last: int, model: ModelConfig,
                 lay: Layout, b: int, s: int, t: int, shard_n: int, grad_bytes: int,
@@ -271,6 +303,54 @@ def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised:
     terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
                                 if runtime_reserve else 0)
     return terms
+
+
+def _heaviest_rank_memory(model: ModelConfig, lay: Layout, s: int, sp: bool, layers: list[int],
+                          layer_p: int, first: int, last: int, params: list[int],
+                          held_layers: list[int], shard_n: int, attention: str | None,
+                          dropout: bool | None, grad_bytes: int, optimizer_bytes: int,
+                          zero3_prefetch: int, runtime_reserve: bool
+                          ) -> tuple[int, int, dict[str, int]]:
+    """(bytes, rank, terms) of the pipeline rank that needs the most memory (the first of the
+    heaviest): :func:`_rank_terms` of each rank, with ``held_layers[r]`` layers' activations at
+    its peak (:func:`_held`) and ``s`` tokens per CP rank, see :func:`evaluate`."""
+    P, b, t = lay.pp, lay.microbatch_size, lay.tp
+    recipe = {"attention": attention, "dropout": dropout}
+    act_layer = sum(cmem.model_activation_terms(model, s, b, t, sp, lay.recompute,
+                                                **recipe).values())
+    # full recomputation re-materialises one layer's activations during its backward
+    rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
+                                                      **recipe).values())
+                      if lay.recompute == "full" else 0)
+    communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
+    best, seen = None, {}
+    for r in range(P):
+        # ranks alike in what they hold have the same terms: compute each kind once
+        kind = (params[r], held_layers[r], layers[r] > 0, r == 0, r == P - 1)
+        if kind not in seen:
+            seen[kind] = _rank_terms(r, P, params[r], held_layers[r] * act_layer,
+                                     rematerialised, layers[r], layer_p, first, last,
+                                     model, lay, b, s, t, shard_n, grad_bytes, optimizer_bytes,
+                                     zero3_prefetch, runtime_reserve, communicators)
+        terms = seen[kind]
+        total = sum(terms.values())
+        if best is None or total > best[0]:
+            best = (total, r, dict(terms))
+    return best
+
+
+def _check_case(model: ModelConfig, layout: Layout, seq_len: int, global_batch: int,
+                gpus_per_node: int) -> None:
+    """Validate the model, layout and sizes every entry point takes."""
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
+                         "use tpp.models.model('llama3_405b')")
+    if not isinstance(layout, Layout):
+        raise ValueError("layout must be a tpp.planner.Layout")
+    for name, v in (("seq_len", seq_len), ("global_batch", global_batch),
+                    ("gpus_per_node", gpus_per_node)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r} must be an int >= 1")
 
 
 def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, master_weights,
@@ -326,15 +406,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
     timeline (``step_time=None``; the search uses it).
     """
-    if not isinstance(model, ModelConfig):
-        raise ValueError(f"model must be a tpp.models.ModelConfig, got {type(model).__name__}: "
-                         "use tpp.models.model('llama3_405b')")
-    if not isinstance(layout, Layout):
-        raise ValueError("layout must be a tpp.planner.Layout")
-    for name, v in (("seq_len", seq_len), ("global_batch", global_batch),
-                    ("gpus_per_node", gpus_per_node)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}={v!r} must be an int >= 1")
+    _check_case(model, layout, seq_len, global_batch, gpus_per_node)
     if gpus is not None and gpus != layout.gpus:
         raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
                          f"{gpus}: change a degree so the product is {gpus}")
@@ -360,19 +432,10 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     s = seq_len // lay.cp
     M = global_batch // (lay.dp * b)
     est.microbatches = M
-    chunks = layers_per_chunk(model.n_layers, P * v)
-    est.layers = [sum(chunks[r::P]) for r in range(P)]  # chunk c sits on rank c mod P
+    chunks, est.layers, layer_p, first, last, params = _rank_params(model, lay)
     h, V = model.d_model, model.vocab_size
-    # -- parameters of each pipeline rank ------------------------------------------------------
-    layer_p = cmem.layer_params_per_rank(model, t, replicate_kv=t > model.n_kv_heads)
-    emb = -(-V // t) * h
-    first = emb + model.learned_positions * h
-    last = model.norm_params + emb  # LM head (a copy of the tied embedding when tied)
-    params = [est.layers[r] * layer_p for r in range(P)]
-    params[0] += first
-    params[P - 1] += last if P > 1 else (0 if model.tied_embeddings else emb) + model.norm_params
     # -- time of one microbatch per chunk --------------------------------------------------------
-    sp = t > 1 and (lay.sp if sequence_parallel is None else sequence_parallel)
+    sp = _sequence_parallel(lay, sequence_parallel)
     mem_att = attention or model.attention
     att = attention_kernel or ("eager" if mem_att == "eager" else "flash2")
     if (att == "eager") != (mem_att == "eager"):
@@ -418,29 +481,10 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     makespan, busy, inflight, held_layers = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer,
                                                       tuple(chunks))
     # -- memory of each pipeline rank ----------------------------------------------------------
-    recipe = {"attention": attention, "dropout": dropout}
-    act_layer = sum(cmem.model_activation_terms(model, s, b, t, sp, lay.recompute,
-                                                **recipe).values())
-    # full recomputation re-materialises one layer's activations during its backward
-    rematerialised = (sum(cmem.model_activation_terms(model, s, b, t, sp, "none",
-                                                      **recipe).values())
-                      if lay.recompute == "full" else 0)
-    communicators = sum(d > 1 for d in (lay.tp, lay.cp, lay.pp, lay.dp))
     shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
-    best, seen = None, {}
-    for r in range(P):
-        # ranks alike in what they hold have the same terms: compute each kind once
-        kind = (params[r], held_layers[r], est.layers[r] > 0, r == 0, r == P - 1)
-        if kind not in seen:
-            seen[kind] = _rank_terms(r, P, params[r], held_layers[r] * act_layer,
-                                     rematerialised, est.layers[r], layer_p, first, last,
-                                     model, lay, b, s, t, shard_n, grad_bytes, optimizer_bytes,
-                                     zero3_prefetch, runtime_reserve, communicators)
-        terms = seen[kind]
-        total = sum(terms.values())
-        if best is None or total > best[0]:
-            best = (total, r, dict(terms))
-    est.memory_bytes, est.heaviest_rank, est.memory = best
+    est.memory_bytes, est.heaviest_rank, est.memory = _heaviest_rank_memory(
+        model, lay, s, sp, est.layers, layer_p, first, last, params, held_layers, shard_n,
+        attention, dropout, grad_bytes, optimizer_bytes, zero3_prefetch, runtime_reserve)
     r = est.heaviest_rank
     if memory_first and est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))

@@ -10,8 +10,10 @@ arithmetic lives where it always lives —
   the pipeline);
 * :func:`pipeline`: :func:`tpp.pipeline.schedule` and :func:`tpp.pipeline.simulate`, and the
   closed form :func:`tpp.symbolic.pipeline.bubble_fraction` where the chapters derive one;
-* :func:`memory`: the planner's :func:`tpp.planner.evaluate` (memory of the heaviest pipeline
-  rank, term by term, with the library's layer placement :func:`tpp.planner.layers_per_chunk`);
+* :func:`memory`: the planner's memory, :func:`tpp.planner.memory_table.evaluate_memory` (the
+  memory half of :func:`tpp.planner.evaluate`, from the same functions, without timing the
+  step: the heaviest pipeline rank, term by term, with the library's layer placement
+  :func:`tpp.planner.layers_per_chunk`);
 * :func:`layout`: :class:`tpp.planner.Layout` (rank map, groups, nodes spanned);
 * :func:`collective`: :func:`tpp.collectives.alpha_beta_time` (the page evaluates chapter 01's
   SymPy forms instead, :func:`collective_forms`, and the tests compare the two);
@@ -31,6 +33,7 @@ import sympy
 from tpp import models
 from tpp import pipeline as tpp_pipeline
 from tpp import planner as tpp_planner
+from tpp.planner.memory_table import evaluate_memory
 from tpp.serving import deployment
 from tpp.symbolic import pipeline as sym_pipeline
 
@@ -159,9 +162,10 @@ def memory(model: str = "llama2_70b", tp: int = 8, pp: int = 4, dp: int = 1, zer
            recompute: str = "selective", seq_len: int = 4096, microbatch_size: int = 1,
            microbatches: int = 8, gpu: str = "h100_sxm") -> dict[str, Any]:
     """Memory per GPU of a training layout, term by term on the heaviest pipeline rank:
-    :func:`tpp.planner.evaluate` of ``Layout(tp, pp, dp, zero=zero, recompute=recompute,
-    microbatch_size=microbatch_size)`` with ``microbatches`` per step under 1F1B (global batch
-    ``dp * microbatch_size * microbatches`` sequences of ``seq_len`` tokens).
+    the memory :func:`tpp.planner.evaluate` finds for ``Layout(tp, pp, dp, zero=zero,
+    recompute=recompute, microbatch_size=microbatch_size)`` with ``microbatches`` per step
+    under 1F1B (global batch ``dp * microbatch_size * microbatches`` sequences of ``seq_len``
+    tokens), computed without timing the step (:func:`tpp.planner.memory_table.evaluate_memory`).
 
     Returns ``memory.TERM`` (bytes: weights, gradients, optimizer states, activations of the
     microbatches in flight, logits, ZeRO-3's gathered layer), ``memory_bytes`` (their sum),
@@ -171,8 +175,8 @@ def memory(model: str = "llama2_70b", tp: int = 8, pp: int = 4, dp: int = 1, zer
     m = models.model(model)
     lay = tpp_planner.Layout(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute,
                              microbatch_size=microbatch_size)
-    est = tpp_planner.evaluate(m, lay, gpu=gpu, seq_len=seq_len,
-                               global_batch=dp * microbatch_size * microbatches)
+    est = evaluate_memory(m, lay, gpu=gpu, seq_len=seq_len,
+                          global_batch=dp * microbatch_size * microbatches)
     if est.memory_bytes is None:
         raise ValueError("; ".join(est.problems))
     out: dict[str, Any] = {f"memory.{k}": v for k, v in est.memory.items()}
