@@ -178,3 +178,35 @@ def test_error_messages():
     assert _msg(cost.moe_comm_time, 8, 4, 2, 2, 0) == "bandwidth=0 must be > 0 bytes/s"
     assert _msg(cost.moe_all_to_all_bytes_per_rank, 0, 4, 2, 2) == (
         "tokens_per_rank=0 must be a positive int")
+
+
+def test_all_to_all_v_is_the_groups_collective_and_counts_bytes_by_hand():
+    """Pieces of any row count, rank r to rank j: the group moves them and records one
+    all_to_all; the bytes below are counted from the shapes (8 bytes per float64)."""
+    g = ProcessGroup(3)
+    rows = [[1, 2, 0], [3, 0, 1], [0, 4, 2]]             # rows[r][j]: rank r -> rank j
+    pieces = [[np.full((rows[r][j], 2), 10.0 * r + j) for j in range(3)] for r in range(3)]
+    got = g.all_to_all_v(pieces, tag="t")
+    for j in range(3):
+        for r in range(3):
+            np.testing.assert_array_equal(got[j][r], pieces[r][j])
+            assert got[j][r] is not pieces[r][j]
+    (rec,) = g.ledger
+    sent = (16 * (2 + 0), 16 * (3 + 1), 16 * (0 + 4))     # 2 floats a row, own piece not sent
+    assert (rec.op, rec.group_size, rec.bytes_sent_per_rank, rec.steps, rec.algorithm,
+            rec.tag) == ("all_to_all", 3, sent, 2, "pairwise-v", "t")
+    assert rec.payload_bytes == 16 * max(3, 4, 6)         # the largest rank's input
+
+
+def test_moe_dispatch_and_combine_go_through_the_group():
+    calls = []
+
+    class Counting(ProcessGroup):
+        def all_to_all_v(self, pieces, *, tag=""):
+            calls.append(tag)
+            return super().all_to_all_v(pieces, tag=tag)
+
+    x, rw, w1, w2 = _layer(np.random.default_rng(3), 8, 4, 4, 3)
+    res = ex.moe_forward(x, rw, w1, w2, ep=2, group=Counting(2))
+    assert calls == ["moe.dispatch", "moe.combine"]
+    assert [r.tag for r in res.ledger] == calls

@@ -16,6 +16,7 @@ from .ledger import REDUCE_OPS, CollectiveRecord, Transfer
 from .ring import (
     chain_broadcast,
     pairwise_all_to_all,
+    pairwise_all_to_all_v,
     ring_all_gather,
     ring_all_reduce,
     ring_reduce_scatter,
@@ -219,6 +220,27 @@ class ProcessGroup:
         ax = self._check_split_axis(arrs, axis, "all_to_all")
         return self._recorded("all_to_all", arrs[0].nbytes, pairwise_all_to_all(arrs, ax),
                               "pairwise", tag)
+
+    def all_to_all_v(
+        self, pieces: Sequence[Sequence[np.ndarray]], *, tag: str = ""
+    ) -> list[list[np.ndarray]]:
+        """Variable-size all-to-all: rank ``r`` sends ``pieces[r][j]`` (any shape) to rank ``j``.
+
+        Returns ``received`` with ``received[j][r] = pieces[r][j]`` (copies). Each rank sends
+        its pieces for the other ranks directly, as in :meth:`all_to_all`: recorded as an
+        ``all_to_all`` with ``n - 1`` steps (``algorithm="pairwise-v"``), the bytes each rank
+        sent to the others counted; ``payload_bytes`` is the largest rank's input (the sum of
+        its pieces). What MoE's dispatch and combine use (:mod:`tpp.expert_parallel`).
+        """
+        n = self.size
+        if (isinstance(pieces, np.ndarray) or not isinstance(pieces, Sequence)
+                or len(pieces) != n or any(isinstance(p, np.ndarray)
+                                           or not isinstance(p, Sequence) or len(p) != n
+                                           for p in pieces)):
+            raise ValueError(f"all_to_all_v needs {n} lists of {n} arrays (one per destination)")
+        payload = max(sum(np.asarray(a).nbytes for a in p) for p in pieces)
+        return self._recorded("all_to_all", payload, pairwise_all_to_all_v(pieces),
+                              "pairwise-v", tag)
 
     # ------------------------------------------------------------------ broadcast
     def broadcast(

@@ -9,7 +9,7 @@ broadcast as a chain.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -112,6 +112,16 @@ def pairwise_all_to_all(arrs: list[np.ndarray], ax: int) -> tuple[list[np.ndarra
     pieces = [np.split(a, n, axis=ax) for a in arrs]
     out = [np.concatenate([pieces[src][r] for src in range(n)], axis=ax) for r in range(n)]
     sent = [sum(pieces[r][d].nbytes for d in range(n) if d != r) for r in range(n)]
+    return out, sent
+
+
+def pairwise_all_to_all_v(pieces: Sequence[Sequence[np.ndarray]]
+                          ) -> tuple[list[list[np.ndarray]], list[int]]:
+    """Variable sizes: rank r keeps ``pieces[r][r]`` and sends ``pieces[r][d]`` to rank d
+    directly; rank d receives the list ``[pieces[0][d], ..., pieces[n-1][d]]``."""
+    n = len(pieces)
+    out = [[np.array(pieces[src][r], copy=True) for src in range(n)] for r in range(n)]
+    sent = [sum(np.asarray(pieces[r][d]).nbytes for d in range(n) if d != r) for r in range(n)]
     return out, sent
 
 

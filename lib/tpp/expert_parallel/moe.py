@@ -89,19 +89,15 @@ def all_to_all_v(group: ProcessGroup, pieces: list[list[np.ndarray]], *,
                  tag: str = "") -> list[list[np.ndarray]]:
     """Variable-size all-to-all: rank ``r`` sends ``pieces[r][j]`` to rank ``j``.
 
-    Returns ``received[j][r] = pieces[r][j]``. Recorded on ``group.ledger`` as an
-    ``all_to_all`` (``algorithm="pairwise-v"``, ``n - 1`` steps) with the bytes each rank sent
-    to the others counted; ``payload_bytes`` is the largest rank's input.
+    Returns ``received[j][r] = pieces[r][j]``. The group's collective
+    (:meth:`tpp.collectives.ProcessGroup.all_to_all_v`) moves the pieces and records the call on
+    ``group.ledger`` as an ``all_to_all`` (``algorithm="pairwise-v"``, ``n - 1`` steps) with the
+    bytes each rank sent to the others counted; ``payload_bytes`` is the largest rank's input.
     """
-    n = group.size
-    if len(pieces) != n or any(len(p) != n for p in pieces):
-        raise ValueError(f"all_to_all_v needs {n} lists of {n} arrays (one per destination)")
-    sent = [sum(pieces[r][j].nbytes for j in range(n) if j != r) for r in range(n)]
-    payload = max(sum(a.nbytes for a in p) for p in pieces)
-    group.ledger.append(CollectiveRecord("all_to_all", n, payload, tuple(sent),
-                                         n - 1 if n > 1 else 0,
-                                         "pairwise-v" if n > 1 else "none", tag))
-    return [[pieces[r][j].copy() for r in range(n)] for j in range(n)]
+    if not isinstance(group, ProcessGroup):
+        raise ValueError(f"all_to_all_v needs a tpp.collectives.ProcessGroup, got "
+                         f"{type(group).__name__}")
+    return group.all_to_all_v(pieces, tag=tag)
 
 
 @dataclass
