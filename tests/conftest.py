@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -27,11 +28,26 @@ def torch() -> ModuleType:
         pytest.skip("torch is not installed: `pip install -e \".[torch]\"` to run this test")
 
 
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run that every pytest-xdist worker shares: a worker's basetemp is
+    ``<run>/popen-gwN``, so the parent; without xdist, the session's basetemp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _grader_reference_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The grader caches master reference values in the user's cache folder: keep the tests'
-    copies in a temporary folder of the session instead (deleted with it)."""
-    os.environ.setdefault("TPP_GRADE_CACHE", str(tmp_path_factory.mktemp("grade-cache")))
+    copies in a temporary folder of this run instead (deleted with it), one for all workers.
+
+    :func:`tpp.grading.reference.load_reference` keys each entry by the master's bytes, the
+    library, the versions and the limits, and writes it atomically: a worker reuses what the
+    other computed for the same master under the same limits, and never reads half a file.
+    """
+    if "TPP_GRADE_CACHE" not in os.environ:
+        folder = run_folder(tmp_path_factory) / "grade-cache"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.environ["TPP_GRADE_CACHE"] = str(folder)
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +86,34 @@ def browser():
                               timeout=180_000)
         yield b
         b.close()
+
+
+# ------------------------------------------------------------------ scheduling on xdist workers
+FIRST = ("tests/test_grading.py", "tests/test_distributed.py", "tests/test_grading_guard.py",
+         "tests/test_grading_sandbox.py", "tests/test_grading_cgroups.py")
+"""Modules whose module fixture costs the most (a graded batch, a torch World): started first,
+one per worker, so that the cheap tests fill the time around them instead of waiting behind."""
+
+
+def _module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture built once per module (a graded batch, a browser, ...)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For ``make test`` (``-n 2 --dist loadgroup``): every test of a module whose tests share
+    a module fixture goes to one worker (``xdist_group`` named after the module, unless the
+    module names its own group), so that fixture is built once per run, not once per worker;
+    and the costliest modules (:data:`FIRST`) come first. The order of tests within a module
+    is kept. Without xdist, the groups do nothing and only the order changes."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items[:] = sorted(items, key=rank)  # stable: collection order otherwise
