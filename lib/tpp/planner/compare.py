@@ -1,6 +1,6 @@
 """Every published run of :mod:`tpp.planner.published`, predicted by :func:`evaluate` with the
-planner's defaults (plus the run's own software choices: attention kernel, DP overlap) against
-what its source measured: :func:`compare_published`, :func:`error_summary`.
+planner's defaults (plus the run's own software choices: attention kernel, DP and TP overlap)
+against what its source measured: :func:`compare_published`, :func:`error_summary`.
 
 Nothing here is fitted: the component figures come from :mod:`tpp.hardware` and
 :mod:`tpp.costs.compute`, each with its source. The hold-out runs (``holdout=True``, Megatron-LM's
@@ -61,7 +61,8 @@ def compare_published(keys: list[str] | None = None, *, holdout: bool = False,
         kw = dict(gpu=pub.gpu, seq_len=pub.seq_len, global_batch=pub.global_batch,
                   attention_kernel=pub.attention, dp_overlap=pub.dp_overlap,
                   attention="eager" if pub.attention == "eager" else "flash",
-                  inter_link=pub.inter_link, grad_bytes=pub.grad_bytes)
+                  inter_link=pub.inter_link, grad_bytes=pub.grad_bytes,
+                  tp_comm_overlap=pub.tp_comm_overlap)
         kw.update(evaluate_kw)
         est = evaluate(models.model(pub.model), pub.layout, **kw)
         if est.step_time is None:

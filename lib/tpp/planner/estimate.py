@@ -22,9 +22,12 @@ Every term comes from a module that owns it:
   work from its bytes), :func:`tpp.costs.compute.head_time` for the LM head and
   :func:`tpp.costs.compute.optimizer_step_time`; ``mfu=`` replaces it with the flat model
   (:func:`tpp.costs.flops.training_flops_per_layer` at that share of peak);
-* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, blocking, at the link's bus bandwidth)
-  and CP all-gathers (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's
-  forward/backward time;
+* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, at the link's bus bandwidth): blocking
+  by default (added to each layer's forward/backward); with ``tp_comm_overlap=True``
+  (Megatron-LM's ``--tp-comm-overlap``) each layer's forward and backward are timed on the
+  decomposed-TP timeline of :mod:`tpp.data_parallel.overlap` (:func:`tpp.planner.exposed.
+  tp_layer_times`: collective matmul in TP chunks, contention included); CP all-gathers
+  (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's forward/backward time;
 * the pipeline's makespan, bubble included, is the event simulation of the schedule
   (:func:`tpp.pipeline.simulate`) with those per-stage times and the boundary transfers;
 * DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.data_parallel.overlap`
@@ -53,7 +56,7 @@ from tpp.costs import zero as czero
 from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
-from tpp.planner.exposed import dp_cost
+from tpp.planner.exposed import dp_cost, tp_layer_times
 from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk, max_chunks
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
@@ -106,8 +109,13 @@ def default_inter_link(gpu: str) -> str:
 
 
 def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq_len: int,
-                        global_batch: int, sp: bool | None = None) -> list[str]:
+                        global_batch: int, sp: bool | None = None,
+                        tp_comm_overlap: bool = False) -> list[str]:
     p = []
+    if tp_comm_overlap and lay.tp > 1 and not (lay.sp if sp is None else sp):
+        p.append("tp_comm_overlap needs sequence parallelism (Megatron-LM asserts it: "
+                 "megatron/training/arguments.py): set sequence_parallel=True or "
+                 "tp_comm_overlap=False")
     if model.n_heads % lay.tp:
         p.append(f"TP={lay.tp} does not divide the {model.n_heads} attention heads: use a TP "
                  f"that divides {model.n_heads}")
@@ -299,7 +307,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              dropout: bool | None = None, sequence_parallel: bool | None = None,
              moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
              zero3_prefetch: int = 2, runtime_reserve: bool = True,
-             memory_first: bool = False) -> Estimate:
+             memory_first: bool = False, tp_comm_overlap: bool = False) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
@@ -309,6 +317,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     bytes);
     ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
     ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
+    ``tp_comm_overlap=True``: TP collectives overlapped with the GEMMs (Megatron-LM's
+    ``--tp-comm-overlap``, TransformerEngine's userbuffers; needs sequence parallelism), timed
+    by :func:`tpp.planner.exposed.tp_layer_times`; default False: blocking.
     ``gpu`` a
     :mod:`tpp.hardware` preset (its NVLink carries TP and CP inside a node), ``inter_link`` the
     network between nodes (default :func:`default_inter_link`). ``gpus``, when given, must equal
@@ -338,6 +349,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if gpus is not None and gpus != layout.gpus:
         raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
                          f"{gpus}: change a degree so the product is {gpus}")
+    if not isinstance(tp_comm_overlap, bool):
+        raise ValueError(f"tp_comm_overlap={tp_comm_overlap!r} must be True or False")
     if mfu is not None and not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
     if attention_kernel not in (None, *ccomp.ATTENTION):
@@ -351,7 +364,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     inter = hardware.link(inter_link or default_inter_link(gpu))
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
-                                                   global_batch, sequence_parallel),
+                                                   global_batch, sequence_parallel,
+                                                   tp_comm_overlap),
                    capacity=dev.capacity,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
@@ -401,11 +415,13 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     cp_link = intra if lay.nodes_spanned("cp", gpus_per_node) == 1 else inter
     kv = 2 * b * seq_len * cmem.kv_heads_per_rank(model.n_kv_heads, t) * model.d_head * 2
     cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bus_bandwidth, cp_link.latency)
+    f_tp, b_tp = (tp_layer_times(f_l, b_l, tp_f, tp_b, t, intra, tp_comm_overlap) if t > 1
+                  else (f_l, b_l))
     t_f, t_b = [], []
     for c, n in enumerate(chunks):
         last_chunk = c == len(chunks) - 1
-        t_f.append(n * (f_l + tp_f + cp_f) + (hf if last_chunk else 0.0))
-        t_b.append(n * (b_l + tp_b + 2 * cp_f) + (hb if last_chunk else 0.0))
+        t_f.append(n * (f_tp + cp_f) + (hf if last_chunk else 0.0))
+        t_b.append(n * (b_tp + 2 * cp_f) + (hb if last_chunk else 0.0))
     lower = M * max(sum(t_f[q::P]) + sum(t_b[q::P]) for q in range(P))  # chunk c on c % P
     if time_bound is not None and lower > time_bound:
         est.time = {"compute_lower_bound": lower}
