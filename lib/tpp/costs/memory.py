@@ -35,8 +35,11 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553), term by term:
 * embedding and output: Megatron adds ``8sbP`` (token ids) + ``sbhP`` (embedding dropout) on the
   first stage and, with ``P = 1``, ``4sbh(1 + V/h)`` of output-layer input and fp32 logits; the
   planner counts the fp32 logits ``4sbV/t`` on the last stage only;
-* overhead: Megatron multiplies the no-SP activations by 1.05; ours is the explicit
-  :func:`runtime_reserve_terms` (CUDA context, NCCL buffers, 5 % fragmentation).
+* overhead: Megatron multiplies the activations by 1.05, "buffer for optimizer and
+  miscellaneous temporaries (5% overhead)", in ``compute_activation_memory_without_sp`` only
+  (the branch it takes unless SP and selective recomputation are both on; its SP + selective
+  branch adds nothing); ours is the explicit :func:`runtime_reserve_terms` (CUDA context, NCCL
+  buffers, and that 5 % on every layout's transient bytes, under the key ``fragmentation``).
 """
 
 from __future__ import annotations
@@ -294,11 +297,17 @@ def runtime_reserve_terms(
       counted. Two ring connections: 256 MiB; one communicator per parallel dimension of
       degree > 1 (``communicators``).
     * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
-      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
-      caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's
-      ``theoretical_memory_usage.py`` applies to the activations (``overhead_factor = 1.05``,
-      commit d98e8a64ddf34856e74b24714e3bedb2f5a39553). Weights, gradients and optimizer
-      states are allocated once, in large flat buffers, and are not charged.
+      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) for what
+      the caching allocator cannot reuse and the step's short-lived temporaries. The 5 % is
+      NOT a fragmentation measurement: it is the ``overhead_factor = 1.05`` of Megatron-LM's
+      ``megatron/training/theoretical_memory_usage.py`` (commit
+      d98e8a64ddf34856e74b24714e3bedb2f5a39553, step "9. Add buffer for optimizer and
+      miscellaneous temporaries (5% overhead)"), an estimator's allowance that Megatron applies
+      in ``compute_activation_memory_without_sp`` only (taken unless SP and selective
+      recomputation are both on). No published measurement of the allocator's loss on these
+      runs is known to us; the planner charges the same 5 % on every layout. Weights,
+      gradients and optimizer states are allocated once, in large flat buffers, and are not
+      charged.
 
     Every part is a parameter, so a reader can put what their own cluster measures.
     """

@@ -15,8 +15,13 @@ Every term comes from a module that owns it:
   under full recomputation one layer's activations are re-materialised during its backward;
 * ZeRO-3 gathered parameters: :func:`tpp.costs.zero.zero3_gather_buffer_bytes` over the rank's
   FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
-* a runtime reserve (CUDA context, NCCL buffers, allocator fragmentation):
-  :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
+* a runtime reserve (CUDA context, NCCL buffers, a 5 % allowance for temporaries and
+  fragmentation, Megatron-LM's estimator's): :func:`tpp.costs.memory.runtime_reserve_terms`,
+  with its sources;
+* pipeline boundary tensors: none beyond the layers' own saved activations (the first layer's
+  saved input is the received tensor); a stage's sent output is freed once sent, as Megatron-LM's
+  ``deallocate_output_tensor`` (``megatron/core/pipeline_parallel/schedules.py``) and Llama 3
+  (Dubey et al. 2024, Sec. 3.3.2) do;
 * compute: :func:`tpp.costs.compute.layer_time`, kernel by kernel (GEMMs from their shapes at
   the GPU's measured matmul rate with wave quantization, flash or eager attention, element-wise
   work from its bytes), :func:`tpp.costs.compute.head_time` for the LM head and
@@ -333,7 +338,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     TP > 1; ``moment_dtype`` ("fp32" / "bf16") and ``master_weights`` set the optimizer bytes
     (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
     Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
-    ``runtime_reserve=False`` drops the CUDA-context / NCCL / fragmentation reserve.
+    ``runtime_reserve=False`` drops the CUDA-context / NCCL / temporaries reserve.
     ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
     timeline (``step_time=None``; the search uses it).
     """

@@ -113,9 +113,13 @@ _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100
 #:   others (:func:`tpp.planner.layout.layers_per_chunk`, :func:`~tpp.planner.layout.max_chunks`);
 #: * 8K sequences "without activation checkpointing": ``recompute="none"`` for the 8K runs;
 #: * input and output tensors of each stage "proactively deallocated": the planner keeps no
-#:   stage-output copy (its in-flight bytes are the layers' own activations);
+#:   stage-output copy (its in-flight bytes are the layers' own activations, the received input
+#:   counted once as the first layer's saved input), i.e. it already counts the deallocated
+#:   state: Megatron-LM's ``deallocate_output_tensor`` (``deallocate_pipeline_outputs``,
+#:   ``megatron/core/pipeline_parallel/schedules.py`` @ d98e8a64) frees the same tensor;
 #: * an interleaved schedule with a tunable number ``N`` of contiguous microbatches (Fig. 6),
-#:   "finding a sweet spot between DFS and breadth first schedule (BFS)", i.e. ``P <= N <= M``.
+#:   "finding a sweet spot between DFS and breadth first schedule (BFS)", i.e. ``P <= N <= M``;
+#:   the value the 405B runs used is not stated.
 #:
 #: OUR ASSUMPTIONS (the paper does not give them), each the planner's default:
 #:
