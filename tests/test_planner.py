@@ -318,6 +318,23 @@ def test_llama3_8192_gpu_run_fits():
     assert row.estimate.fits, row.estimate.explain()
 
 
+def test_llama3_inflight_bytes_are_the_layers_saved_tensors_only():
+    # Dubey et al. 2024 (Sec. 3.3.2) free each stage's input and output tensors once unused
+    # (Megatron's deallocate_output_tensor): the planner's activations are the held layers' own
+    # saved tensors, no boundary copy on top (the received input is the first layer's saved
+    # input); the held layers re-derived from Megatron's warm-up 2 (P - r - 1) + (v - 1) N + 1
+    from tpp.costs import memory as cmem
+
+    pub = planner.published("llama3_405b_8k_8192")
+    est = planner.evaluate_published(pub)
+    lay, r = pub.layout, est.heaviest_rank
+    chunks = min(2 * (lay.pp - r - 1) + (lay.virtual - 1) * lay.pp + 1,
+                 est.microbatches * lay.virtual)
+    per_layer = sum(cmem.model_activation_terms(LLAMA, pub.seq_len, 1, lay.tp, True,
+                                                "none").values())
+    assert est.memory["activations"] == chunks * est.layers[r] // lay.virtual * per_layer
+
+
 def test_llama3_recipe_reaches_the_estimate():
     # the published recipe's fp32 gradients (Dubey et al. 2024, Sec. 3.3.2) are what the
     # comparison evaluates: twice the bf16 gradient bytes, the rest unchanged
