@@ -90,7 +90,13 @@ def tp_layer_times(t_fwd: float, t_bwd: float, comm_fwd: float, comm_bwd: float,
     ``decomposed=False``: the collectives block, ``t + comm`` exactly. ``decomposed=True``
     (collective matmul, Megatron-LM's ``--tp-comm-overlap``): the timeline of
     :class:`tpp.data_parallel.overlap.TPTraffic` in ``tp`` chunks, contention included (the
-    default of :mod:`tpp.data_parallel.overlap.contention`).
+    default of :mod:`tpp.data_parallel.overlap.contention`, NCCL's 24 of 132 SMs).
+    TransformerEngine's userbuffers, which ``--tp-comm-overlap`` uses, take fewer by default: 1
+    SM (copy engines) for the ring-exchange all-gathers, split in ``tp`` steps as here, and 16
+    SMs for the pipelined reduce-scatters (4 splits) and the bulk overlaps (``get_default_config``
+    in ``transformer_engine/pytorch/module/base.py``, NVIDIA/TransformerEngine @
+    d0067d0da6cb01811b8072a7d304f0e00344ce2b); the module's one figure is kept, not a second
+    one for TP.
     """
     lk = ("nvlink", link.bus_bandwidth, link.latency)
     return (_tp_phase(t_fwd, comm_fwd, tp, lk, decomposed),
