@@ -14,10 +14,14 @@ Every term comes from a module that owns it:
   (:meth:`tpp.pipeline.simulate.SimResult.peak_activation_bytes`, exact with uneven chunks);
   under full recomputation one layer's activations are re-materialised during its backward;
 * ZeRO-3 gathered parameters: :func:`tpp.costs.zero.zero3_gather_buffer_bytes` over the rank's
-  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
-* a runtime reserve (CUDA context, NCCL buffers, a 5 % allowance for temporaries and
-  fragmentation, Megatron-LM's estimator's): :func:`tpp.costs.memory.runtime_reserve_terms`,
-  with its sources;
+  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``, the running
+  unit's unsharded gradient included; at ZeRO-2 (FSDP without resharding the weights) that
+  unsharded gradient of the rank's largest unit is counted in ``gradients`` beside the shard,
+  by the same rule (the unit's full gradient exists until it is reduce-scattered);
+* a runtime reserve (CUDA context, NCCL buffers, each cited; ``fragmentation`` a share of the
+  transient bytes for temporaries and allocator loss, default 0 as no measurement is cited,
+  :data:`tpp.costs.memory.MEGATRON_OVERHEAD` for Megatron-LM's estimator's 5 %):
+  :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
 * pipeline boundary tensors: none beyond the layers' own saved activations (the first layer's
   saved input is the received tensor); a stage's sent output is freed once sent, as Megatron-LM's
   ``deallocate_output_tensor`` (``megatron/core/pipeline_parallel/schedules.py``) and Llama 3
@@ -266,7 +270,7 @@ def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised:
                 layers_r: int, layer_p: int, first: int, last: int, model: ModelConfig,
                 lay: Layout, b: int, s: int, t: int, shard_n: int, grad_bytes: int,
                 optimizer_bytes: int, zero3_prefetch: int, runtime_reserve: bool,
-                communicators: int) -> dict[str, int]:
+                communicators: int, fragmentation) -> dict[str, int]:
     """The memory terms of pipeline rank ``r`` (bytes), see :func:`evaluate`."""
     terms = czero.model_state_terms(params_r, shard_n, lay.zero, grad_bytes=grad_bytes,
                                     optimizer_bytes=optimizer_bytes)
@@ -279,9 +283,12 @@ def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised:
         P > 1 or not model.tied_embeddings) else []
     terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
         units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
+    if lay.zero == 2 and shard_n > 1:  # the running unit's full gradient before its RS
+        terms["gradients"] += max(units or [0]) * grad_bytes
     transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
                                         "zero3_gathered"))
-    terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
+    terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators,
+                                                           fragmentation=fragmentation)
                                 if runtime_reserve else 0)
     return terms
 
@@ -312,7 +319,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              dropout: bool | None = None, sequence_parallel: bool | None = None,
              moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
              zero3_prefetch: int = 2, runtime_reserve: bool = True,
-             memory_first: bool = False, tp_comm_overlap: bool = False) -> Estimate:
+             memory_first: bool = False, tp_comm_overlap: bool = False,
+             fragmentation: float = cmem.FRAGMENTATION) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
@@ -338,7 +346,10 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     TP > 1; ``moment_dtype`` ("fp32" / "bf16") and ``master_weights`` set the optimizer bytes
     (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
     Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
-    ``runtime_reserve=False`` drops the CUDA-context / NCCL / temporaries reserve.
+    ``runtime_reserve=False`` drops the CUDA-context / NCCL reserve; ``fragmentation`` the
+    share of the transient bytes charged for temporaries and allocator loss (default
+    :data:`tpp.costs.memory.FRAGMENTATION`, 0; :data:`~tpp.costs.memory.MEGATRON_OVERHEAD` for
+    Megatron-LM's estimator's 5 %).
     ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
     timeline (``step_time=None``; the search uses it).
     """
@@ -364,6 +375,7 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
                                             master_weights, grad_bytes, zero3_prefetch,
                                             runtime_reserve)
+    cmem.runtime_reserve_terms(0, 0, fragmentation=fragmentation)  # raises on a bad share
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
@@ -456,7 +468,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
             seen[kind] = _rank_terms(r, P, params[r], held_layers[r] * act_layer,
                                      rematerialised, est.layers[r], layer_p, first, last,
                                      model, lay, b, s, t, shard_n, grad_bytes, optimizer_bytes,
-                                     zero3_prefetch, runtime_reserve, communicators)
+                                     zero3_prefetch, runtime_reserve, communicators,
+                                     fragmentation)
         terms = seen[kind]
         total = sum(terms.values())
         if best is None or total > best[0]:
