@@ -4,9 +4,9 @@ Run: .venv/bin/python bench/bench_planner.py
 Prints (1) each published run's predicted and measured seconds per step, their ratio, whether
 the planner says it fits (GB needed of the GB the CUDA runtime offers), the median and worst
 |predicted/measured - 1| (issue 18: at most 10 % and 25 %), and the same for the old flat model
-(mfu=0.4) side by side, for the runs the planner was built against and, apart, for the hold-out
-runs (Megatron-LM's H100 table); (2) the search on 16,384
-GPUs (issue 8: seconds, not minutes): candidate layouts, search time cold (empty pipeline
+(mfu=0.4) and with every run's TP collectives blocking side by side, for the runs the planner
+was built against and, apart, for the hold-out runs (Megatron-LM's H100 table); (2) the search
+on 16,384 GPUs (issue 8: seconds, not minutes): candidate layouts, search time cold (empty pipeline
 cache) and warm, one evaluate() for scale.
 """
 
@@ -21,19 +21,25 @@ from tpp.planner import estimate
 def table(holdout: bool = False) -> None:
     rows = planner.compare_published(holdout=holdout)
     flat = {r.published.key: r for r in planner.compare_published(holdout=holdout, mfu=0.4)}
-    print("HOLD-OUT (Megatron-LM README H100 table, never used to adjust the planner)"
-          if holdout else "Runs the planner was built against")
+    # the runs' TP collectives blocking, whatever their source says (before --tp-comm-overlap)
+    block = {r.published.key: r for r in planner.compare_published(holdout=holdout,
+                                                                    tp_comm_overlap=False)}
+    print("HOLD-OUT (Megatron-LM README H100 table: no number adjusted to it; its "
+          "--tp-comm-overlap read from the README)" if holdout
+          else "Runs the planner was built against")
     print(f"{'run':32s} {'GPUs':>6s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}"
-          f" {'GB':>6s} {'of':>5s} {'fits':>5s} {'mfu=0.4':>8s}")
+          f" {'GB':>6s} {'of':>5s} {'fits':>5s} {'mfu=0.4':>8s} {'TPblock':>8s}")
     for r in rows:
         k, e = r.published.key, r.estimate
         print(f"{k:32s} {r.published.gpus:6d} {r.measured:9.2f} {r.predicted:9.2f}"
               f" {r.ratio:6.3f} {e.memory_bytes / 1e9:6.2f} {e.capacity / 1e9:5.1f}"
-              f" {'yes' if e.fits else 'NO':>5s} {flat[k].ratio:8.3f}")
+              f" {'yes' if e.fits else 'NO':>5s} {flat[k].ratio:8.3f} {block[k].ratio:8.3f}")
     med, worst = planner.error_summary(rows)
     fmed, fworst = planner.error_summary(list(flat.values()))
+    bmed, bworst = planner.error_summary(list(block.values()))
     print(f"|pred/meas - 1| over {len(rows)} runs: median {med:.1%}, worst {worst:.1%} "
-          f"(flat mfu=0.4: median {fmed:.1%}, worst {fworst:.1%}); "
+          f"(flat mfu=0.4: median {fmed:.1%}, worst {fworst:.1%}; TP blocking: median "
+          f"{bmed:.1%}, worst {bworst:.1%}); "
           f"{sum(not r.estimate.fits for r in rows)} declared not to fit")
     print()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,6 +249,49 @@ def test_holdout_runs_are_megatrons_h100_table_and_reported_apart():
         assert abs(mlm / (r.measured * p.gpus * 989.4e12) * 100 - mfu) < 1.0
     med, worst = planner.error_summary(rows)
     assert med <= 0.10, med  # reported in chapter 14 whatever it is; the median is the target
+    # the README says the table ran with --tp-comm-overlap: the records carry it
+    assert all(r.published.tp_comm_overlap for r in rows)
+
+
+def test_tp_comm_overlap_is_the_overlap_modules_decomposed_tp():
+    from tpp import hardware
+    from tpp.data_parallel.overlap import NCCL_SM_SLOWDOWN
+    from tpp.planner.exposed import tp_layer_times
+
+    nv = hardware.link("nvlink4")
+    f, b, cf, cb = 1e-3, 2e-3, 4e-4, 8e-4
+    assert tp_layer_times(f, b, cf, cb, 8, nv, False) == pytest.approx((f + cf, b + cb))
+    of, ob = tp_layer_times(f, b, cf, cb, 8, nv, True)
+    for t, c, o in ((f, cf, of), (b, cb, ob)):
+        # hidden behind all chunks but the last, which stays exposed; the compute that ran
+        # beside the traffic slowed by the overlap module's contention
+        assert max(t, c) < o < t + c
+        # (fluid: the compute loses NCCL_SM_SLOWDOWN of each second a transfer runs)
+        assert o == pytest.approx(t + c / 8 + 7 / 8 * c * NCCL_SM_SLOWDOWN, rel=1e-9)
+
+
+def test_evaluate_published_is_what_compare_published_evaluates():
+    pub = planner.published("megatron_h100_70b")
+    (row,) = planner.compare_published([pub.key])
+    assert planner.evaluate_published(pub).step_time == row.estimate.step_time
+    # its source's flags reach the estimate: without --tp-comm-overlap the step is longer
+    assert planner.evaluate_published(pub, tp_comm_overlap=False).step_time > row.predicted
+    with pytest.raises(ValueError, match="tpp.planner.published"):
+        planner.evaluate_published("megatron_h100_70b")
+
+
+def test_tp_comm_overlap_in_evaluate():
+    m = models.model("megatron_h100_32b")
+    lay = Layout(tp=8, pp=1, dp=48, zero=1, recompute="none", sp=True)
+    kw = dict(seq_len=4096, global_batch=1536)
+    blocking = evaluate(m, lay, **kw)
+    overlapped = evaluate(m, lay, tp_comm_overlap=True, **kw)
+    assert overlapped.step_time < blocking.step_time
+    assert overlapped.memory_bytes == blocking.memory_bytes
+    no_sp = evaluate(m, Layout(tp=8, dp=48, zero=1, sp=False), tp_comm_overlap=True, **kw)
+    assert not no_sp.fits and "sequence parallelism" in no_sp.problems[0]
+    with pytest.raises(ValueError, match="tp_comm_overlap"):
+        evaluate(m, lay, tp_comm_overlap=1, **kw)
 
 #: The one published run the planner still declares "does not fit" (see chapter 14): Llama 3
 #: 405B on 8,192 GPUs, M = 32 microbatches per replica, rank 1 holds 141 one-layer chunks in
@@ -259,18 +304,59 @@ def test_every_other_published_run_fits():
     assert len(rows) == len(planner.PUBLISHED) - 1  # the hold-out runs included
     assert all(r.estimate.fits for r in rows), [r.published.key for r in rows
                                                 if not r.estimate.fits]
-    # the two 16,384-GPU Llama 3 runs need more than the 80e9-byte label and fit only because
-    # the capacity is what the CUDA runtime reports (hardware.GPU.capacity): the test can fail
-    l3 = [r.estimate for r in rows if r.published.key.startswith("llama3")]
-    assert len(l3) == 2 and all(80e9 < e.memory_bytes <= e.capacity for e in l3)
+    # with Megatron's 5 % allowance the two 16,384-GPU Llama 3 runs need more than the
+    # 80e9-byte label and fit only because the capacity is what the CUDA runtime reports
+    # (hardware.GPU.capacity); without it (the default, no measurement cited) they fit anyway
+    from tpp.costs import memory as cmem
+
+    l3 = [planner.published(r.published.key) for r in rows
+          if r.published.key.startswith("llama3")]
+    assert len(l3) == 2
+    for pub in l3:
+        e5 = planner.evaluate_published(pub, fragmentation=cmem.MEGATRON_OVERHEAD)
+        assert 80e9 < e5.memory_bytes <= e5.capacity
+        assert planner.evaluate_published(pub).memory_bytes < e5.memory_bytes
 
 
 @pytest.mark.xfail(strict=True, reason="issue 18 not met for one run: Llama 3 405B on 8,192 "
-                   "GPUs (M = 32) needs 87.7 GB > 84.9 GB with N = P, microbatch 1 and 5 % "
-                   "fragmentation; see chapter 14 'What the planner cannot explain'")
+                   "GPUs (M = 32) needs 85.5 GB > 84.9 GB with N = P and microbatch 1, with no "
+                   "fragmentation allowance and ZeRO-2's unsharded fp32 unit gradient (1.6 GB) "
+                   "counted; stage outputs are already not counted and the paper does not "
+                   "state N; see chapter 14 'What the planner cannot explain'")
 def test_llama3_8192_gpu_run_fits():
     (row,) = planner.compare_published(list(_NOT_FITTING))
     assert row.estimate.fits, row.estimate.explain()
+
+
+def test_llama3_inflight_bytes_are_the_layers_saved_tensors_only():
+    # Dubey et al. 2024 (Sec. 3.3.2) free each stage's input and output tensors once unused
+    # (Megatron's deallocate_output_tensor): the planner's activations are the held layers' own
+    # saved tensors, no boundary copy on top (the received input is the first layer's saved
+    # input); the held layers re-derived from Megatron's warm-up 2 (P - r - 1) + (v - 1) N + 1
+    from tpp.costs import memory as cmem
+
+    pub = planner.published("llama3_405b_8k_8192")
+    est = planner.evaluate_published(pub)
+    lay, r = pub.layout, est.heaviest_rank
+    chunks = min(2 * (lay.pp - r - 1) + (lay.virtual - 1) * lay.pp + 1,
+                 est.microbatches * lay.virtual)
+    per_layer = sum(cmem.model_activation_terms(LLAMA, pub.seq_len, 1, lay.tp, True,
+                                                "none").values())
+    assert est.memory["activations"] == chunks * est.layers[r] // lay.virtual * per_layer
+
+
+def test_zero2_counts_the_running_units_unsharded_gradient():
+    # FSDP without resharding (ZeRO-2) reduce-scatters each unit's gradient after its backward:
+    # the unit's full gradient exists until then, as ZeRO-3's gather buffer counts it
+    pub = planner.published("llama3_405b_8k_16384")
+    est = planner.evaluate_published(pub)
+    lay, r = pub.layout, est.heaviest_rank
+    params = est.memory["weights"] // 2  # bf16 weights; rank 1 holds layers only
+    shard = -(-params // (lay.dp * lay.cp)) * pub.grad_bytes
+    assert est.memory["gradients"] == shard + params // est.layers[r] * pub.grad_bytes
+    one = planner.evaluate_published(pub, layout=dataclasses.replace(lay, dp=1),
+                                     global_batch=pub.global_batch // lay.dp)
+    assert one.memory["gradients"] == 4 * one.memory["weights"] // 2  # DP = 1: nothing to shard
 
 
 def test_llama3_recipe_reaches_the_estimate():

@@ -8,6 +8,7 @@ import random
 
 import pytest
 from tpp import models, planner
+from tpp.costs import memory as cmem
 from tpp.planner.memory_table import evaluate_memory
 from tpp.site import explorer_functions, explorers
 
@@ -49,6 +50,8 @@ CASES = [  # what the explorer's grid does not reach: CP, interleaving, HSDP, lo
     ("llama2_7b", dict(tp=1, pp=4, dp=1, recompute="none"),
      dict(seq_len=2048, global_batch=64, attention="eager", dropout=True,
           runtime_reserve=False, gpu="a100_sxm_80gb")),
+    ("llama2_70b", dict(tp=8, pp=4, dp=2, zero=2),             # Megatron's 5 % allowance
+     dict(seq_len=4096, global_batch=2 * 8, fragmentation=cmem.MEGATRON_OVERHEAD)),
     ("llama2_7b", dict(tp=1, pp=8, dp=1, recompute="none"),   # M = 2 < P: fewer in flight
      dict(seq_len=2048, global_batch=2)),
     ("llama3_70b", dict(tp=16, pp=2, dp=1), dict(seq_len=4096, global_batch=8)),  # rejected
@@ -77,7 +80,8 @@ def test_bad_arguments_raise_what_evaluate_raises():
     m, lay = models.model("llama2_7b"), planner.Layout(tp=2)
     for kw in (dict(seq_len=0, global_batch=8), dict(seq_len=2048, global_batch=8,
                                                        zero3_prefetch=0),
-               dict(seq_len=2048, global_batch=8, attention="sparse")):
+               dict(seq_len=2048, global_batch=8, attention="sparse"),
+               dict(seq_len=2048, global_batch=8, fragmentation=-0.1)):
         with pytest.raises(ValueError) as mine:
             evaluate_memory(m, lay, **kw)
         with pytest.raises(ValueError) as theirs:

@@ -223,7 +223,7 @@ class GPU:
         """Bytes a process can allocate from: :attr:`runtime_memory` (what the CUDA runtime
         reports, e.g. 79.11 GiB = 84.9e9 bytes on an H100 SXM 80GB) when a measurement is
         cited, else the datasheet label :attr:`memory`. The planner compares a layout's bytes,
-        its runtime reserve (CUDA context, NCCL buffers, fragmentation:
+        its runtime reserve (CUDA context, NCCL buffers, any allowance asked for:
         :func:`tpp.costs.memory.runtime_reserve_terms`) included, with this."""
         return self.runtime_memory or self.memory
 

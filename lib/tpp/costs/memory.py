@@ -35,8 +35,12 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553), term by term:
 * embedding and output: Megatron adds ``8sbP`` (token ids) + ``sbhP`` (embedding dropout) on the
   first stage and, with ``P = 1``, ``4sbh(1 + V/h)`` of output-layer input and fp32 logits; the
   planner counts the fp32 logits ``4sbV/t`` on the last stage only;
-* overhead: Megatron multiplies the no-SP activations by 1.05; ours is the explicit
-  :func:`runtime_reserve_terms` (CUDA context, NCCL buffers, 5 % fragmentation).
+* overhead: Megatron multiplies the activations by 1.05, "buffer for optimizer and
+  miscellaneous temporaries (5% overhead)", in ``compute_activation_memory_without_sp`` only
+  (the branch it takes unless SP and selective recomputation are both on; its SP + selective
+  branch adds nothing); ours is the explicit :func:`runtime_reserve_terms` (CUDA context and
+  NCCL buffers, each from a cited source; no allowance for temporaries or fragmentation unless
+  asked for: ``fragmentation=MEGATRON_OVERHEAD`` adds that 5 %).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ __all__ = [
     "MLP_KINDS",
     "model_activation_terms",
     "runtime_reserve_terms",
+    "FRAGMENTATION",
+    "MEGATRON_OVERHEAD",
     "runtime_reserve_bytes",
     "korthikanti_activation_bytes",
     "activation_bytes_per_layer",
@@ -270,7 +276,13 @@ def model_activation_terms(
 #: The runtime reserve's parts and their sources (see :func:`runtime_reserve_terms`).
 CUDA_CONTEXT_BYTES = 750 * 2**20
 NCCL_COMMUNICATOR_BYTES = 4 * 2**20 * 32 * 2  # NCCL DEFAULT_BUFFSIZE x MAXCHANNELS/2 x 2
-FRAGMENTATION = Fraction(5, 100)
+#: Megatron-LM's estimator's "buffer for optimizer and miscellaneous temporaries (5% overhead)"
+#: (``megatron/training/theoretical_memory_usage.py`` @ d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+#: an allowance, not a measurement; pass it as ``fragmentation=`` to use it.
+MEGATRON_OVERHEAD = Fraction(5, 100)
+#: The default share of the transient bytes charged for fragmentation and temporaries: none,
+#: because no measurement that applies to the runs is cited (see :func:`runtime_reserve_terms`).
+FRAGMENTATION = Fraction(0)
 
 
 def runtime_reserve_terms(
@@ -294,11 +306,17 @@ def runtime_reserve_terms(
       counted. Two ring connections: 256 MiB; one communicator per parallel dimension of
       degree > 1 (``communicators``).
     * ``fragmentation``: a share of the ``transient`` bytes (tensors allocated and freed every
-      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) that the
-      caching allocator cannot reuse; 5 %, the overhead factor Megatron-LM's
-      ``theoretical_memory_usage.py`` applies to the activations (``overhead_factor = 1.05``,
-      commit d98e8a64ddf34856e74b24714e3bedb2f5a39553). Weights, gradients and optimizer
-      states are allocated once, in large flat buffers, and are not charged.
+      step: activations, re-materialised layers, logits, ZeRO-3 gathered parameters) for what
+      the caching allocator cannot reuse and the step's short-lived temporaries. Default 0: no
+      measurement that applies to the published runs is cited (an allocator's loss depends on
+      its configuration, e.g. PyTorch's ``expandable_segments``), so none is charged, the same
+      for every layout. :data:`MEGATRON_OVERHEAD` (5 %) is the ``overhead_factor = 1.05`` of
+      Megatron-LM's ``megatron/training/theoretical_memory_usage.py`` (commit
+      d98e8a64ddf34856e74b24714e3bedb2f5a39553, step "9. Add buffer for optimizer and
+      miscellaneous temporaries (5% overhead)"), an estimator's allowance, not a measurement,
+      that Megatron applies in ``compute_activation_memory_without_sp`` only (taken unless SP
+      and selective recomputation are both on); pass it to charge it. Weights, gradients and
+      optimizer states are allocated once, in large flat buffers, and are not charged.
 
     Every part is a parameter, so a reader can put what their own cluster measures.
     """
@@ -309,7 +327,8 @@ def runtime_reserve_terms(
             raise ValueError(f"{name}={v!r} must be an int >= 0 (bytes or a count)")
     frag = fragmentation if type(fragmentation) is Fraction else Fraction(fragmentation)
     if not 0 <= frag < 1:
-        raise ValueError(f"fragmentation={fragmentation!r} must be a share in [0, 1), e.g. 0.05")
+        raise ValueError(f"fragmentation={fragmentation!r} must be a share in [0, 1), e.g. "
+                         "tpp.costs.memory.MEGATRON_OVERHEAD (0.05)")
     return {"cuda_context": cuda_context,
             "nccl_buffers": communicators * nccl_per_communicator,
             # ceil(frag x transient), in integers

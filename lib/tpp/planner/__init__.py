@@ -6,7 +6,7 @@
 (16384, {'tp': 1, 'cp': 0, 'dp': 1, 'pp': 0})
 """
 
-from tpp.planner.compare import Comparison, compare_published, error_summary
+from tpp.planner.compare import Comparison, compare_published, error_summary, evaluate_published
 from tpp.planner.estimate import Estimate, default_inter_link, evaluate
 from tpp.planner.layout import AXES, RECOMPUTE, Layout, chunk_rank, layers_per_chunk, max_chunks
 from tpp.planner.published import HOLDOUT, PUBLISHED, Published, published
@@ -14,7 +14,7 @@ from tpp.planner.search import candidate_layouts, plan
 
 __all__ = [
     "AXES", "HOLDOUT", "PUBLISHED", "RECOMPUTE", "Comparison", "Estimate", "compare_published",
-    "error_summary", "Layout", "Published", "candidate_layouts",
+    "error_summary", "evaluate_published", "Layout", "Published", "candidate_layouts",
     "chunk_rank", "max_chunks", "default_inter_link", "evaluate", "layers_per_chunk", "plan",
     "published",
 ]

@@ -14,17 +14,29 @@ Every term comes from a module that owns it:
   (:meth:`tpp.pipeline.simulate.SimResult.peak_activation_bytes`, exact with uneven chunks);
   under full recomputation one layer's activations are re-materialised during its backward;
 * ZeRO-3 gathered parameters: :func:`tpp.costs.zero.zero3_gather_buffer_bytes` over the rank's
-  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``;
-* a runtime reserve (CUDA context, NCCL buffers, allocator fragmentation):
+  FSDP units (layers, embedding, LM head) at prefetch depth ``zero3_prefetch``, the running
+  unit's unsharded gradient included; at ZeRO-2 (FSDP without resharding the weights) that
+  unsharded gradient of the rank's largest unit is counted in ``gradients`` beside the shard,
+  by the same rule (the unit's full gradient exists until it is reduce-scattered);
+* a runtime reserve (CUDA context, NCCL buffers, each cited; ``fragmentation`` a share of the
+  transient bytes for temporaries and allocator loss, default 0 as no measurement is cited,
+  :data:`tpp.costs.memory.MEGATRON_OVERHEAD` for Megatron-LM's estimator's 5 %):
   :func:`tpp.costs.memory.runtime_reserve_terms`, with its sources;
+* pipeline boundary tensors: none beyond the layers' own saved activations (the first layer's
+  saved input is the received tensor); a stage's sent output is freed once sent, as Megatron-LM's
+  ``deallocate_output_tensor`` (``megatron/core/pipeline_parallel/schedules.py``) and Llama 3
+  (Dubey et al. 2024, Sec. 3.3.2) do;
 * compute: :func:`tpp.costs.compute.layer_time`, kernel by kernel (GEMMs from their shapes at
   the GPU's measured matmul rate with wave quantization, flash or eager attention, element-wise
   work from its bytes), :func:`tpp.costs.compute.head_time` for the LM head and
   :func:`tpp.costs.compute.optimizer_step_time`; ``mfu=`` replaces it with the flat model
   (:func:`tpp.costs.flops.training_flops_per_layer` at that share of peak);
-* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, blocking, at the link's bus bandwidth)
-  and CP all-gathers (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's
-  forward/backward time;
+* TP collectives (:func:`tpp.costs.tp.tp_comm_time`, at the link's bus bandwidth): blocking
+  by default (added to each layer's forward/backward); with ``tp_comm_overlap=True``
+  (Megatron-LM's ``--tp-comm-overlap``) each layer's forward and backward are timed on the
+  decomposed-TP timeline of :mod:`tpp.data_parallel.overlap` (:func:`tpp.planner.exposed.
+  tp_layer_times`: collective matmul in TP chunks, contention included); CP all-gathers
+  (:func:`tpp.collectives.alpha_beta_time`) are added to each stage's forward/backward time;
 * the pipeline's makespan, bubble included, is the event simulation of the schedule
   (:func:`tpp.pipeline.simulate`) with those per-stage times and the boundary transfers;
 * DP/ZeRO/HSDP: the heaviest rank's two-stream timeline of :mod:`tpp.data_parallel.overlap`
@@ -53,7 +65,7 @@ from tpp.costs import zero as czero
 from tpp.models import ModelConfig
 from tpp.pipeline import schedule as build_schedule
 from tpp.pipeline import simulate
-from tpp.planner.exposed import dp_cost
+from tpp.planner.exposed import dp_cost, tp_layer_times
 from tpp.planner.layout import Layout, chunk_rank, layers_per_chunk, max_chunks
 
 __all__ = ["Estimate", "evaluate", "default_inter_link"]
@@ -106,8 +118,13 @@ def default_inter_link(gpu: str) -> str:
 
 
 def _structure_problems(model: ModelConfig, lay: Layout, gpus_per_node: int, seq_len: int,
-                        global_batch: int, sp: bool | None = None) -> list[str]:
+                        global_batch: int, sp: bool | None = None,
+                        tp_comm_overlap: bool = False) -> list[str]:
     p = []
+    if tp_comm_overlap and lay.tp > 1 and not (lay.sp if sp is None else sp):
+        p.append("tp_comm_overlap needs sequence parallelism (Megatron-LM asserts it: "
+                 "megatron/training/arguments.py): set sequence_parallel=True or "
+                 "tp_comm_overlap=False")
     if model.n_heads % lay.tp:
         p.append(f"TP={lay.tp} does not divide the {model.n_heads} attention heads: use a TP "
                  f"that divides {model.n_heads}")
@@ -285,7 +302,7 @@ def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised:
                 layers_r: int, layer_p: int, first: int, last: int, model: ModelConfig,
                 lay: Layout, b: int, s: int, t: int, shard_n: int, grad_bytes: int,
                 optimizer_bytes: int, zero3_prefetch: int, runtime_reserve: bool,
-                communicators: int) -> dict[str, int]:
+                communicators: int, fragmentation) -> dict[str, int]:
     """The memory terms of pipeline rank ``r`` (bytes), see :func:`evaluate`."""
     terms = czero.model_state_terms(params_r, shard_n, lay.zero, grad_bytes=grad_bytes,
                                     optimizer_bytes=optimizer_bytes)
@@ -298,9 +315,12 @@ def _rank_terms(r: int, P: int, params_r: int, activations: int, rematerialised:
         P > 1 or not model.tied_embeddings) else []
     terms["zero3_gathered"] = (czero.zero3_gather_buffer_bytes(
         units or [0], zero3_prefetch, 2, grad_bytes) if lay.zero == 3 else 0)
+    if lay.zero == 2 and shard_n > 1:  # the running unit's full gradient before its RS
+        terms["gradients"] += max(units or [0]) * grad_bytes
     transient = sum(terms[k] for k in ("activations", "recompute_buffer", "logits",
                                         "zero3_gathered"))
-    terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators)
+    terms["runtime_reserve"] = (cmem.runtime_reserve_bytes(transient, communicators,
+                                                           fragmentation=fragmentation)
                                 if runtime_reserve else 0)
     return terms
 
@@ -309,7 +329,7 @@ def _heaviest_rank_memory(model: ModelConfig, lay: Layout, s: int, sp: bool, lay
                           layer_p: int, first: int, last: int, params: list[int],
                           held_layers: list[int], shard_n: int, attention: str | None,
                           dropout: bool | None, grad_bytes: int, optimizer_bytes: int,
-                          zero3_prefetch: int, runtime_reserve: bool
+                          zero3_prefetch: int, runtime_reserve: bool, fragmentation: float
                           ) -> tuple[int, int, dict[str, int]]:
     """(bytes, rank, terms) of the pipeline rank that needs the most memory (the first of the
     heaviest): :func:`_rank_terms` of each rank, with ``held_layers[r]`` layers' activations at
@@ -331,7 +351,8 @@ def _heaviest_rank_memory(model: ModelConfig, lay: Layout, s: int, sp: bool, lay
             seen[kind] = _rank_terms(r, P, params[r], held_layers[r] * act_layer,
                                      rematerialised, layers[r], layer_p, first, last,
                                      model, lay, b, s, t, shard_n, grad_bytes, optimizer_bytes,
-                                     zero3_prefetch, runtime_reserve, communicators)
+                                     zero3_prefetch, runtime_reserve, communicators,
+                                     fragmentation)
         terms = seen[kind]
         total = sum(terms.values())
         if best is None or total > best[0]:
@@ -379,7 +400,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              dropout: bool | None = None, sequence_parallel: bool | None = None,
              moment_dtype: str = "fp32", master_weights: bool = True, grad_bytes: int = 2,
              zero3_prefetch: int = 2, runtime_reserve: bool = True,
-             memory_first: bool = False) -> Estimate:
+             memory_first: bool = False, tp_comm_overlap: bool = False,
+             fragmentation: float = cmem.FRAGMENTATION) -> Estimate:
     """Memory per GPU (heaviest pipeline rank), step time and every violated rule of ``layout``.
 
     ``seq_len`` tokens per sequence; ``global_batch`` and ``layout.microbatch_size`` count
@@ -389,6 +411,9 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     bytes);
     ``mfu=x`` instead runs every FLOP at ``x`` times the peak (the old flat model).
     ``dp_overlap=False``: the gradient reduction waits for the backward (Megatron-LM 2021).
+    ``tp_comm_overlap=True``: TP collectives overlapped with the GEMMs (Megatron-LM's
+    ``--tp-comm-overlap``, TransformerEngine's userbuffers; needs sequence parallelism), timed
+    by :func:`tpp.planner.exposed.tp_layer_times`; default False: blocking.
     ``gpu`` a
     :mod:`tpp.hardware` preset (its NVLink carries TP and CP inside a node), ``inter_link`` the
     network between nodes (default :func:`default_inter_link`). ``gpus``, when given, must equal
@@ -402,7 +427,10 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     TP > 1; ``moment_dtype`` ("fp32" / "bf16") and ``master_weights`` set the optimizer bytes
     (:func:`tpp.costs.zero.adam_state_bytes`), ``grad_bytes`` the gradient bytes (4 for
     Megatron's fp32 main gradients); ``zero3_prefetch`` the FSDP units gathered at once;
-    ``runtime_reserve=False`` drops the CUDA-context / NCCL / fragmentation reserve.
+    ``runtime_reserve=False`` drops the CUDA-context / NCCL reserve; ``fragmentation`` the
+    share of the transient bytes charged for temporaries and allocator loss (default
+    :data:`tpp.costs.memory.FRAGMENTATION`, 0; :data:`~tpp.costs.memory.MEGATRON_OVERHEAD` for
+    Megatron-LM's estimator's 5 %).
     ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
     timeline (``step_time=None``; the search uses it).
     """
@@ -410,6 +438,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     if gpus is not None and gpus != layout.gpus:
         raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
                          f"{gpus}: change a degree so the product is {gpus}")
+    if not isinstance(tp_comm_overlap, bool):
+        raise ValueError(f"tp_comm_overlap={tp_comm_overlap!r} must be True or False")
     if mfu is not None and not 0 < mfu <= 1:
         raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
     if attention_kernel not in (None, *ccomp.ATTENTION):
@@ -418,12 +448,14 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
                                             master_weights, grad_bytes, zero3_prefetch,
                                             runtime_reserve)
+    cmem.runtime_reserve_terms(0, 0, fragmentation=fragmentation)  # raises on a bad share
     dev = hardware.gpu(gpu)
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
-                                                   global_batch, sequence_parallel),
+                                                   global_batch, sequence_parallel,
+                                                   tp_comm_overlap),
                    capacity=dev.capacity,
                    peak_flops=dev.peak_flops_bf16)
     if est.problems:
@@ -464,11 +496,13 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     cp_link = intra if lay.nodes_spanned("cp", gpus_per_node) == 1 else inter
     kv = 2 * b * seq_len * cmem.kv_heads_per_rank(model.n_kv_heads, t) * model.d_head * 2
     cp_f = alpha_beta_time("all_gather", kv, lay.cp, cp_link.bus_bandwidth, cp_link.latency)
+    f_tp, b_tp = (tp_layer_times(f_l, b_l, tp_f, tp_b, t, intra, tp_comm_overlap) if t > 1
+                  else (f_l, b_l))
     t_f, t_b = [], []
     for c, n in enumerate(chunks):
         last_chunk = c == len(chunks) - 1
-        t_f.append(n * (f_l + tp_f + cp_f) + (hf if last_chunk else 0.0))
-        t_b.append(n * (b_l + tp_b + 2 * cp_f) + (hb if last_chunk else 0.0))
+        t_f.append(n * (f_tp + cp_f) + (hf if last_chunk else 0.0))
+        t_b.append(n * (b_tp + 2 * cp_f) + (hb if last_chunk else 0.0))
     lower = M * max(sum(t_f[q::P]) + sum(t_b[q::P]) for q in range(P))  # chunk c on c % P
     if time_bound is not None and lower > time_bound:
         est.time = {"compute_lower_bound": lower}
@@ -484,7 +518,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
     est.memory_bytes, est.heaviest_rank, est.memory = _heaviest_rank_memory(
         model, lay, s, sp, est.layers, layer_p, first, last, params, held_layers, shard_n,
-        attention, dropout, grad_bytes, optimizer_bytes, zero3_prefetch, runtime_reserve)
+        attention, dropout, grad_bytes, optimizer_bytes, zero3_prefetch, runtime_reserve,
+        fragmentation)
     r = est.heaviest_rank
     if memory_first and est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))

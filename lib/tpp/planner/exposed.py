@@ -15,6 +15,12 @@ Stages 0-1 communicate only around the first forward and the last backward of a 
 microbatches give their cost exactly; stages 2-3 repeat the same traffic every microbatch, so
 the cost at ``M`` microbatches is extrapolated linearly from timelines of 3 and 4 (a periodic
 steady state; the tests compare it with full timelines).
+
+TP collectives, :func:`tp_layer_times`: one layer's forward (or backward) with its TP traffic
+(:class:`tpp.data_parallel.overlap.TPTraffic`) on the same timeline: blocking (Megatron-LM's
+default: compute, then the collective) or decomposed (``--tp-comm-overlap``, TransformerEngine's
+userbuffers: the matmul cut into TP chunks, each chunk's share of the traffic behind the next,
+the compute slowed by the timeline's contention while it runs, the last share exposed).
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tpp import hardware
-from tpp.data_parallel.overlap import DPTraffic, Link, step_timeline
+from tpp.data_parallel.overlap import DPTraffic, Link, TPTraffic, step_timeline
 
-__all__ = ["dp_cost", "megatron_bucket_bytes"]
+__all__ = ["dp_cost", "megatron_bucket_bytes", "tp_layer_times"]
 
 
 def megatron_bucket_bytes(dp: int, bytes_per_grad: int = 2) -> int:
@@ -63,3 +69,35 @@ def dp_cost(t_fwd: list[float], t_bwd: list[float], microbatches: int, stage: in
     e4, c4 = _run(*key, 4, *args)
     m = microbatches
     return e4 + (e4 - e3) * (m - 4), c4 + (c4 - c3) * (m - 4)
+
+
+@lru_cache(maxsize=8192)
+def _tp_phase(t: float, comm: float, steps: int, link: tuple, decomposed: bool) -> float:
+    """Seconds of one phase (a layer's forward or backward, ``t`` s of compute) with ``comm``
+    s of TP traffic on its timeline (:func:`tpp.data_parallel.overlap.step_timeline`)."""
+    if comm == 0:
+        return t
+    tp = TPTraffic(comm, 0.0, Link(*link), decomposed=decomposed, steps=steps)
+    return step_timeline([t], [0.0], tp=tp).step_time
+
+
+def tp_layer_times(t_fwd: float, t_bwd: float, comm_fwd: float, comm_bwd: float, tp: int,
+                   link: hardware.Link, decomposed: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer and one microbatch with its TP collectives:
+    ``t_fwd``/``t_bwd`` of compute, ``comm_fwd``/``comm_bwd`` of TP traffic
+    (:func:`tpp.costs.tp.tp_comm_time`) on ``link`` at its bus bandwidth.
+
+    ``decomposed=False``: the collectives block, ``t + comm`` exactly. ``decomposed=True``
+    (collective matmul, Megatron-LM's ``--tp-comm-overlap``): the timeline of
+    :class:`tpp.data_parallel.overlap.TPTraffic` in ``tp`` chunks, contention included (the
+    default of :mod:`tpp.data_parallel.overlap.contention`, NCCL's 24 of 132 SMs).
+    TransformerEngine's userbuffers, which ``--tp-comm-overlap`` uses, take fewer by default: 1
+    SM (copy engines) for the ring-exchange all-gathers, split in ``tp`` steps as here, and 16
+    SMs for the pipelined reduce-scatters (4 splits) and the bulk overlaps (``get_default_config``
+    in ``transformer_engine/pytorch/module/base.py``, NVIDIA/TransformerEngine @
+    d0067d0da6cb01811b8072a7d304f0e00344ce2b); the module's one figure is kept, not a second
+    one for TP.
+    """
+    lk = ("nvlink", link.bus_bandwidth, link.latency)
+    return (_tp_phase(t_fwd, comm_fwd, tp, lk, decomposed),
+            _tp_phase(t_bwd, comm_bwd, tp, lk, decomposed))

@@ -23,6 +23,7 @@ needs only the memory, so this entry point computes only that, from the same fun
 from __future__ import annotations
 
 from tpp import hardware
+from tpp.costs import memory as cmem
 from tpp.models import ModelConfig
 from tpp.planner.estimate import (
     Estimate,
@@ -46,7 +47,8 @@ def evaluate_memory(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm"
                     attention: str | None = None, dropout: bool | None = None,
                     sequence_parallel: bool | None = None, moment_dtype: str = "fp32",
                     master_weights: bool = True, grad_bytes: int = 2, zero3_prefetch: int = 2,
-                    runtime_reserve: bool = True) -> Estimate:
+                    runtime_reserve: bool = True,
+                    fragmentation: float = cmem.FRAGMENTATION) -> Estimate:
     """The memory half of :func:`tpp.planner.evaluate` (same arguments, same meaning).
 
     Returns an :class:`~tpp.planner.Estimate` whose ``memory_bytes``, ``memory`` (the heaviest
@@ -59,6 +61,7 @@ def evaluate_memory(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm"
     optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
                                             master_weights, grad_bytes, zero3_prefetch,
                                             runtime_reserve)
+    cmem.runtime_reserve_terms(0, 0, fragmentation=fragmentation)  # raises on a bad share
     dev = hardware.gpu(gpu)
     lay = layout
     est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
@@ -73,7 +76,7 @@ def evaluate_memory(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm"
     est.memory_bytes, est.heaviest_rank, est.memory = _heaviest_rank_memory(
         model, lay, seq_len // lay.cp, _sequence_parallel(lay, sequence_parallel), est.layers,
         layer_p, first, last, params, held, shard_n, attention, dropout, grad_bytes,
-        optimizer_bytes, zero3_prefetch, runtime_reserve)
+        optimizer_bytes, zero3_prefetch, runtime_reserve, fragmentation)
     if est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, est.heaviest_rank, dev))
     est.fits = not est.problems
