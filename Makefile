@@ -75,11 +75,12 @@ pdf: $(BOOK_STAMP)
 ## The whole test suite: library, grader, notebooks (solutions run top to bottom; a chapter is
 ## checked from the book build's execution in _build/.jupyter_cache when that is current, and
 ## run top to bottom otherwise: tests/nbcache.py), site.
-## Temporary files go to a folder of this run only: under the shared /tmp/pytest-of-USER, another
+## Each test file runs on one worker (its module fixtures built once), the costliest files first
+## (tests/conftest.py). Temporary files go to a folder of this run only: under the shared /tmp/pytest-of-USER, another
 ## user's pytest session on the same machine deletes older sessions' folders while tests use them.
 test: $(STAMP)
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/tpp-pytest-XXXXXX"); \
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --nbmake --nbmake-timeout=600 \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --nbmake --nbmake-timeout=600 \
 	  --basetemp="$$tmp" tests chapters solutions; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 ## Strip outputs from notebooks when git stages them (a clean filter, see .gitattributes), so that

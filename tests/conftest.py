@@ -89,29 +89,23 @@ def browser():
 
 
 # ------------------------------------------------------------------ scheduling on xdist workers
-FIRST = ("tests/test_grading.py", "tests/test_distributed.py", "tests/test_grading_guard.py",
-         "tests/test_grading_sandbox.py", "tests/test_grading_cgroups.py")
-"""Modules whose module fixture costs the most (a graded batch, a torch World): started first,
-one per worker, so that the cheap tests fill the time around them instead of waiting behind."""
-
-
-def _module_fixture(item: pytest.Item) -> bool:
-    """Whether ``item`` uses a fixture built once per module (a graded batch, a browser, ...)."""
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(
-        d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+# make test runs ``-n 2 --dist loadfile --no-loadscope-reorder``: every test file goes to one
+# worker, so a module fixture (a graded batch, the torch World, a browser) is built once per run.
+# (``--dist loadgroup`` does not group with pytest 9.2 and pytest-xdist 3.8: xdist renames
+# ``item._nodeid``, which pytest 9.2 no longer reads, so its groups were silently ignored and
+# tests/test_distributed.py's World was started on both workers.)
+FIRST = ("tests/test_grading.py", "tests/test_grading_load.py", "tests/test_distributed.py",
+         "tests/test_grading_cgroups.py", "tests/test_grading_lms.py",
+         "tests/test_grading_folder.py", "tests/test_grading_bounds.py",
+         "tests/test_grading_guard.py", "tests/test_grading_sandbox.py",
+         "tests/test_explorers.py", "tests/test_grading_masters.py")
+"""The costliest files, costliest first (the durations of a full run): a worker takes a file
+when it is free, so starting the long ones first lets the short ones fill the time around them."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For ``make test`` (``-n 2 --dist loadgroup``): every test of a module whose tests share
-    a module fixture goes to one worker (``xdist_group`` named after the module, unless the
-    module names its own group), so that fixture is built once per run, not once per worker;
-    and the costliest modules (:data:`FIRST`) come first. The order of tests within a module
-    is kept. Without xdist, the groups do nothing and only the order changes."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None and _module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
+    """The files of :data:`FIRST` first, in that order; the rest in collection order (the order
+    of tests within a file is kept). Without xdist only the order changes."""
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::")[0]
         return FIRST.index(path) if path in FIRST else len(FIRST)

@@ -23,8 +23,9 @@ from tpp.tensor_parallel import (
 )
 from tpp.tensor_parallel.layernorm import layernorm_backward, layernorm_forward
 
-# all tests of this module share one World: keep them on one xdist worker (make test uses
-# --dist loadgroup), so the processes are spawned once
+# all tests of this module share one World: make test keeps each file on one xdist worker
+# (--dist loadfile), so the processes are started once (the group serves --dist loadgroup, where
+# pytest honours it)
 pytestmark = pytest.mark.xdist_group("torch_engine")
 
 P = 4
