@@ -117,8 +117,13 @@ def kernelspec_dir(limits: Limits) -> Path:
 
 
 class StartTimeout(RuntimeError):
-    """The kernel is alive but did not answer ``kernel_info`` within the start-up wait: the
-    machine was slow (load), not the submission; the runner starts it again with a longer wait."""
+    """The kernel is alive but did not answer ``kernel_info`` before the submission's budget ran
+    out (:attr:`FastStartClient.start_deadline`): the machine was slow (load), not the
+    submission. ``waits``: how many start-up waits it outlasted."""
+
+    def __init__(self, message: str, waits: int = 0) -> None:
+        super().__init__(message)
+        self.waits = waits
 
 
 FLUSH_S = 0.02  # IOPub quiet time that ends start-up (jupyter_client waits 0.2 s every time)
@@ -133,20 +138,31 @@ class FastStartClient(AsyncKernelClient):
     quiet instead of 0.2 s: a fixed 0.2 s per kernel, and one kernel per submission. Messages
     that arrive later are the kernel's own start-up status, which nbclient ignores (it keeps
     only messages whose parent is the cell's request).
+
+    A kernel alive but slower than its wait (a busy machine) is not killed and started again
+    (a start that never fits its wait would never end): the wait doubles, on the same kernel,
+    until it answers, dies (``RuntimeError``: the runner starts another) or the submission's
+    budget ends at :attr:`start_deadline` (:class:`StartTimeout`). :attr:`tpp_slow_waits`
+    counts the waits it outlasted.
     """
 
     start_wait_s: float | None = None  # set per kernel by the runner (nbclient's is whole seconds)
+    start_deadline: float | None = None  # time.monotonic() when the submission's budget ends
 
     async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
         from queue import Empty
 
         if self.start_wait_s is not None:
             timeout = self.start_wait_s
-        deadline = time.time() + (float("inf") if timeout is None else timeout)
+        wait_s = float("inf") if timeout is None else max(0.01, timeout)
+        began = time.monotonic()
+        deadline = began + wait_s
+        end = self.start_deadline if self.start_deadline is not None else deadline
+        self.tpp_slow_waits = 0
         while True:
             self.kernel_info()
             try:
-                wait = max(0.01, min(1.0, deadline - time.time()))
+                wait = max(0.01, min(1.0, deadline - time.monotonic()))
                 msg = await ensure_async(self.shell_channel.get_msg(timeout=wait))
             except Empty:
                 pass
@@ -161,8 +177,15 @@ class FastStartClient(AsyncKernelClient):
                         break
             if not await self._async_is_alive():
                 raise RuntimeError("Kernel died before replying to kernel_info")
-            if time.time() > deadline:
-                raise StartTimeout(f"the kernel did not answer within {timeout:.3g} s of starting")
+            now = time.monotonic()
+            if now > deadline:
+                if now >= end:
+                    raise StartTimeout(f"the kernel did not answer within {now - began:.3g} s "
+                                       f"of starting ({self.tpp_slow_waits + 1} start-up waits "
+                                       "outlasted)", self.tpp_slow_waits + 1)  # fmt: skip
+                self.tpp_slow_waits += 1  # alive, the machine slow: the same kernel, longer
+                wait_s *= 2
+                deadline = min(began + wait_s, end)
             await asyncio.sleep(0)
         while True:
             try:
