@@ -312,6 +312,8 @@ def _grade_items(
     # the kernels' guard (second layer) keeps submitted code out of the masters and results
     protect = {str(p.resolve()) for p in (solutions, master_path.parent, out)}
     limits = dataclasses.replace(limits, protect=(*limits.protect, *sorted(protect)))
+    # groups left by a grader killed outright (SIGKILL): their processes are gone too
+    swept = bounds.sweep(limits.cgroup) if limits.cgroup else []
     refs = _References(master, limits, options.cache_dir)
     if progress:
         for note in refs.notes:
@@ -322,6 +324,8 @@ def _grade_items(
     todo: list[Item] = []
     summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
                       bounded="" if limits.cgroup else bounds.describe(options.cgroups))
+    if swept:
+        summary.notes.append(f"removed {len(swept)} stale cgroup(s) of a grader that was killed")
     for it in items:
         row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried
