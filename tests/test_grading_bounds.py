@@ -104,6 +104,27 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     assert row["questions"]["q2"]["result"] == "correct", row
 
 
+@pytest.mark.slow
+def test_a_kernel_that_closes_its_own_socket_is_not_reported_as_a_huge_message(demo, bwrap):
+    """Another attack of the family: an answer cell that closes its kernel's shell socket. The
+    grader's side saw a disconnection and the row said "a message over 16 MiB was dropped"
+    (``message-too-large``), which was false; now a disconnection followed by failed
+    reconnections (the endpoint is gone) is not counted: that question times out, the others
+    count."""
+    from tpp.grading.run import startup_wait
+
+    limits = Limits(timeout=startup_wait(15))
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    closer = dict(CORRECT, **{"a-q1": "get_ipython().kernel.shell_stream.socket.close()\n"
+                                      + CORRECT["a-q1"]})  # fmt: skip
+    row = grade_submission(_write(demo, "closer", closer), demo["master"], ref, limits)
+    assert row["status"] != "message-too-large", row
+    assert "MiB" not in row["reason"], row
+    assert row["questions"]["q1"]["result"] in ("timeout", "kernel-died"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+    assert row["questions"]["q3"]["result"] == "correct", row
+
+
 def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
     """A notebook at the caps whose cells have no ids or tags: the fallback that finds an
     answer cell by its variables parses only cells naming them (here: none)."""

@@ -201,35 +201,50 @@ class FastStartClient(AsyncKernelClient):
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
         grader allocates or deserialises them (the peer is disconnected, and reconnects).
-        A monitor on the socket records each such disconnection (:meth:`dropped`)."""
+        A monitor on the socket records each such disconnection (:meth:`dropped`), and the
+        failed reconnections that tell a peer gone from a message refused."""
         import zmq
 
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_bytes))  # new sockets
         self.context.setsockopt(zmq.RCVHWM, 64)
         sock = super()._create_connected_socket(channel, identity)
         try:
-            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            mon = sock.get_monitor_socket(
+                zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED
+            )
         except zmq.ZMQError:  # pragma: no cover - libzmq without monitors
             return sock
         self.__dict__.setdefault("_tpp_monitors", []).append(zmq.Socket.shadow(mon.underlying))
         self.__dict__.setdefault("_tpp_keep", []).append(mon)  # the shadow does not own it
         return sock
 
+    JUDGE_S = 0.5  # after a disconnection, how long a failed reconnection is waited for
+
     def dropped(self) -> int:
-        """How many times a channel was disconnected so far: ZeroMQ drops the connection of a
-        message over ``max_message_bytes`` (a kernel that dies ends the run otherwise)."""
+        """How many messages over ``max_message_bytes`` ZeroMQ refused so far. A refused message
+        drops the connection, and libzmq does not reconnect after that protocol error; a kernel
+        that closes its own socket (or dies) drops it too, but then the grader's side tries to
+        reconnect to an endpoint that is gone (``EVENT_CONNECT_RETRIED``, ``EVENT_CLOSED``):
+        that disconnection is not counted (it was reported as a message over the cap)."""
         import zmq
         from zmq.utils.monitor import parse_monitor_message
 
         seen = self.__dict__.get("_tpp_dropped", 0)
-        for mon in self.__dict__.get("_tpp_monitors", []):
+        pending = self.__dict__.setdefault("_tpp_pending", {})  # monitor -> disconnections
+        for k, mon in enumerate(self.__dict__.get("_tpp_monitors", [])):
             while True:
                 try:
+                    if pending.get(k) and not mon.poll(int(self.JUDGE_S * 1000)):
+                        break  # no reconnection tried: the connection was dropped by libzmq
                     frames = mon.recv_multipart(zmq.NOBLOCK)
                 except zmq.ZMQError:
                     break
-                if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
-                    seen += 1
+                event = parse_monitor_message(frames)["event"]
+                if event == zmq.EVENT_DISCONNECTED:
+                    pending[k] = pending.get(k, 0) + 1
+                elif event in (zmq.EVENT_CONNECT_RETRIED, zmq.EVENT_CLOSED):
+                    pending[k] = 0  # the peer's socket is gone: not a message refused
+            seen += pending.pop(k, 0)
         self.__dict__["_tpp_dropped"] = seen
         return seen
 
