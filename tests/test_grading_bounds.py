@@ -210,3 +210,24 @@ def test_the_instructors_page_documents_every_bound_and_status():
     undocumented = [o for o in opts if not any(cell.startswith((f"`{o} ", f"`{o}`"))
                                                or f"`{o}`" in cell for cell in table)]  # fmt: skip
     assert not undocumented, f"bound options without a row in the page's table: {undocumented}"
+
+
+def test_an_answer_cell_whose_source_is_a_million_numbers_is_named_not_missing(demo):
+    """Another attack of the family: valid notebook JSON whose answer cell's source is a list
+    of 10**6 numbers (not text). It is refused cheaply and the row says why (before: "no
+    answer cell for q1", although the cell was there); a list of 10**6 empty strings is
+    text and is read as such."""
+    from tpp.grading.submission import answer_sources, read_notebook
+
+    nb = submission(demo["ex"], CORRECT)
+    for cell in nb["cells"]:
+        if cell.get("id") == "a-q1":
+            cell["source"] = [0] * 10**6
+        if cell.get("id") == "a-q3":
+            cell["source"] = [CORRECT["a-q3"]] + [""] * 10**6
+    path = demo["root"] / "numbers.ipynb"
+    path.write_text(json.dumps(nb))
+    found, warnings = answer_sources(read_notebook(path, max_source_chars=200_000), demo["master"])
+    assert "a-q1" not in found
+    assert any(w.startswith("q1:") and "not text" in w for w in warnings), warnings
+    assert found["a-q3"] == CORRECT["a-q3"] and found["a-q2"] == CORRECT["a-q2"]
