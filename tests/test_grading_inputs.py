@@ -187,3 +187,22 @@ def test_grading_the_odd_folder_writes_one_row_per_entry_with_warnings(demo, bwr
     assert by[("dan", "dan.html")]["status"] == "not-a-notebook"
     assert [r["status"] for r in book if r["student"] == NFC] == ["duplicate-id"] * 2
     assert "with warnings" in summary.describe()
+
+
+def test_names_that_differ_only_in_unprintable_characters_keep_their_own_ids(demo):
+    """Another attack of the family: every unprintable character of a name became "?", so a
+    file named "ann<newline>.ipynb" made the honest "ann?.ipynb" a ``duplicate-id`` (neither
+    graded), and so did names equal in their first 200 characters. Now unprintable characters
+    are written as their codes and long names end with a hash: distinct names, distinct ids."""
+    subs = demo["root"] / "subs"
+    subs.mkdir()
+    names = ["ann?", "ann\n", "ann\t", "ann\\x0a", "ann\x1b[31m", "x" * 210 + "a", "x" * 210 + "b"]
+    for n in names:
+        (subs / f"{n}.ipynb").write_text(demo["good"])
+    items, _ = collect(subs)
+    assert len(items) == len(names)
+    assert not [it for it in items if it.status == "duplicate-id"], items
+    ids = {it.student for it in items}
+    assert len(ids) == len(names), sorted(ids)
+    assert "ann?" in ids  # a printable name is kept as it is
+    assert all(it.student.isprintable() and len(it.student) <= 201 for it in items)
