@@ -200,7 +200,8 @@ class FastStartClient(AsyncKernelClient):
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
-        grader allocates or deserialises them (the peer is disconnected, and reconnects).
+        grader allocates or deserialises them (the connection is dropped; libzmq 4.3.5 does
+        not reconnect after that protocol error).
         A monitor on the socket records each such disconnection (:meth:`dropped`), and the
         failed reconnections that tell a peer gone from a message refused."""
         import zmq
