@@ -206,3 +206,28 @@ def test_names_that_differ_only_in_unprintable_characters_keep_their_own_ids(dem
     assert len(ids) == len(names), sorted(ids)
     assert "ann?" in ids  # a printable name is kept as it is
     assert all(it.student.isprintable() and len(it.student) <= 201 for it in items)
+
+
+def test_a_zip_member_whose_path_leaves_the_archive_is_a_row_not_a_silent_drop(demo):
+    """Another attack of the family: a member named ``../ben.ipynb`` (or ``ann/../../x``) was
+    skipped without a row (one file in, no row out). It is never extracted, and gets a row of
+    its own under its whole path: never ``ben``'s id, so it cannot make ben a duplicate."""
+    archive = demo["root"] / "subs.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("ben.ipynb", demo["good"])
+        zf.writestr("../ben.ipynb", demo["good"])
+        zf.writestr("ann/../../x.ipynb", demo["good"])
+    items, tmp = collect(archive)
+    try:
+        by = _by(items)
+        assert len(items) == 3, items
+        assert by["ben"][0].path is not None and by["ben"][0].status == "", by["ben"]
+        for name in ("../ben.ipynb", "ann/../../x.ipynb"):
+            (it,) = by[name]
+            assert it.status == "unreadable-archive" and "leaves the archive" in it.reason, it
+        assert not (demo["root"] / "ben.ipynb").exists()  # nothing written beside the zip
+    finally:
+        if tmp is not None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -260,10 +260,14 @@ def _from_zip(archive: Path, into: Path, assignment: str | None) -> list[Item]:
         if len(infos) > MAX_ZIP_MEMBERS:
             raise ValueError(f"{archive} has more than {MAX_ZIP_MEMBERS} entries")
         members = []
+        escaping: list[zipfile.ZipInfo] = []  # a path with "..": a row of its own, never used
         for info in infos:
             parts = [p for p in PurePosixPath(info.filename.replace("\\", "/")).parts
                      if p not in ("", ".", "/")]  # fmt: skip
-            if info.is_dir() or not parts or ".." in parts or any(_hidden(p) for p in parts):
+            if ".." in parts and not info.is_dir():
+                escaping.append(info)
+                continue
+            if info.is_dir() or not parts or any(_hidden(p) for p in parts):
                 continue
             members.append((parts, info, stat.S_ISLNK(info.external_attr >> 16)))
         note: tuple[str, ...] = ()
@@ -306,6 +310,10 @@ def _from_zip(archive: Path, into: Path, assignment: str | None) -> list[Item]:
                 items.append(Item(student, _norm(name), None, why, warn, status))
             else:
                 items.append(Item(student, _norm(name), dest, warnings=warn))
+        for info in escaping:  # the whole member path is its id: never another student's
+            items.append(Item(_norm(info.filename), _norm(info.filename), None,
+                              "the zip member's path leaves the archive ('..'): not extracted",
+                              (), "unreadable-archive"))  # fmt: skip
     return items
 
 
