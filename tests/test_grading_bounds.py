@@ -104,6 +104,27 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     assert row["questions"]["q2"]["result"] == "correct", row
 
 
+@pytest.mark.slow
+def test_a_kernel_that_closes_its_own_socket_is_not_reported_as_a_huge_message(demo, bwrap):
+    """Another attack of the family: an answer cell that closes its kernel's shell socket. The
+    grader's side saw a disconnection and the row said "a message over 16 MiB was dropped"
+    (``message-too-large``), which was false; now a disconnection followed by failed
+    reconnections (the endpoint is gone) is not counted: that question times out, the others
+    count."""
+    from tpp.grading.run import startup_wait
+
+    limits = Limits(timeout=startup_wait(15))
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    closer = dict(CORRECT, **{"a-q1": "get_ipython().kernel.shell_stream.socket.close()\n"
+                                      + CORRECT["a-q1"]})  # fmt: skip
+    row = grade_submission(_write(demo, "closer", closer), demo["master"], ref, limits)
+    assert row["status"] != "message-too-large", row
+    assert "MiB" not in row["reason"], row
+    assert row["questions"]["q1"]["result"] in ("timeout", "kernel-died"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+    assert row["questions"]["q3"]["result"] == "correct", row
+
+
 def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
     """A notebook at the caps whose cells have no ids or tags: the fallback that finds an
     answer cell by its variables parses only cells naming them (here: none)."""
@@ -189,3 +210,24 @@ def test_the_instructors_page_documents_every_bound_and_status():
     undocumented = [o for o in opts if not any(cell.startswith((f"`{o} ", f"`{o}`"))
                                                or f"`{o}`" in cell for cell in table)]  # fmt: skip
     assert not undocumented, f"bound options without a row in the page's table: {undocumented}"
+
+
+def test_an_answer_cell_whose_source_is_a_million_numbers_is_named_not_missing(demo):
+    """Another attack of the family: valid notebook JSON whose answer cell's source is a list
+    of 10**6 numbers (not text). It is refused cheaply and the row says why (before: "no
+    answer cell for q1", although the cell was there); a list of 10**6 empty strings is
+    text and is read as such."""
+    from tpp.grading.submission import answer_sources, read_notebook
+
+    nb = submission(demo["ex"], CORRECT)
+    for cell in nb["cells"]:
+        if cell.get("id") == "a-q1":
+            cell["source"] = [0] * 10**6
+        if cell.get("id") == "a-q3":
+            cell["source"] = [CORRECT["a-q3"]] + [""] * 10**6
+    path = demo["root"] / "numbers.ipynb"
+    path.write_text(json.dumps(nb))
+    found, warnings = answer_sources(read_notebook(path, max_source_chars=200_000), demo["master"])
+    assert "a-q1" not in found
+    assert any(w.startswith("q1:") and "not text" in w for w in warnings), warnings
+    assert found["a-q3"] == CORRECT["a-q3"] and found["a-q2"] == CORRECT["a-q2"]
