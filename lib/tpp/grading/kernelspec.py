@@ -18,8 +18,10 @@ from typing import Any
 
 import nbformat
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
+from traitlets import Type
 
 from tpp.grading import bounds, sandbox
 from tpp.grading.limits import Limits
@@ -129,6 +131,68 @@ class StartTimeout(RuntimeError):
 FLUSH_S = 0.02  # IOPub quiet time that ends start-up (jupyter_client waits 0.2 s every time)
 
 
+class CappedChannel(AsyncZMQSocketChannel):
+    """jupyter_client's asyncio channel, with a cap on each WHOLE incoming message.
+
+    ZeroMQ's ``MAXMSGSIZE`` caps one frame; a Jupyter message is any number of frames (the
+    header, parent, metadata and content frames are signed, the buffer frames after them are
+    not), so 150 frames of 15 MB each passed it and the grader copied and deserialised all of
+    them. Here each frame is received on its own (``copy=False``: libzmq's buffer, not a
+    copy) with a running total; once it passes :attr:`max_bytes` the frames already received
+    are released and the message's remaining frames are released as they are read, never
+    held. Such a message is counted in :attr:`dropped` (:meth:`FastStartClient.dropped`) and
+    :meth:`get_msg` goes on waiting for the next one, within the same timeout.
+
+    What this does not bound: libzmq makes a multipart message readable only once its last
+    frame has arrived, and queues up to ``RCVHWM`` whole messages while the grader is not
+    reading (see the instructors' page, "Bounds", for the measured figures).
+    """
+
+    dropped = 0
+
+    @property
+    def max_bytes(self) -> int:
+        """The cap: :attr:`FastStartClient.max_message_bytes` (set per run)."""
+        return int(FastStartClient.max_message_bytes)
+
+    async def _recv(self, **kwargs: Any) -> dict[str, Any] | None:  # type: ignore[override]
+        assert self.socket is not None
+        frames: list[Any] = []
+        total, over = 0, False
+        while True:
+            frame = await self.socket.recv(copy=False, **kwargs)
+            more = frame.more
+            if not over:
+                total += len(frame)
+                if total > self.max_bytes:
+                    over = True
+                    frames.clear()
+                else:
+                    frames.append(frame)
+            del frame
+            if not more:
+                break
+        if over:
+            self.dropped += 1
+            return None
+        _, smsg = self.session.feed_identities([f.bytes for f in frames])
+        return self.session.deserialize(smsg)
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:  # type: ignore[override]
+        """The next message within ``timeout`` seconds; messages over the cap are skipped."""
+        from queue import Empty
+
+        assert self.socket is not None
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not await self.socket.poll(None if left is None else int(left * 1000)):
+                raise Empty
+            msg = await self._recv()
+            if msg is not None:
+                return msg
+
+
 class FastStartClient(AsyncKernelClient):
     """jupyter_client's client, whose ``wait_for_ready`` ends its IOPub flush sooner.
 
@@ -197,6 +261,16 @@ class FastStartClient(AsyncKernelClient):
 
     max_message_bytes = 16 * 2**20  # set per run from Limits.max_message_mb
 
+    # every channel capped on the whole message (CappedChannel reads max_message_bytes)
+    shell_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    iopub_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    stdin_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    control_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+
+    def _channels(self) -> list[Any]:
+        return [getattr(self, f"_{n}_channel", None) for n in ("shell", "iopub", "stdin",
+                                                              "control")]  # fmt: skip
+
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
@@ -247,7 +321,7 @@ class FastStartClient(AsyncKernelClient):
                     pending[k] = 0  # the peer's socket is gone: not a message refused
             seen += pending.pop(k, 0)
         self.__dict__["_tpp_dropped"] = seen
-        return seen
+        return seen + sum(getattr(c, "dropped", 0) for c in self._channels() if c is not None)
 
     def stop_channels(self) -> None:
         for mon in self.__dict__.pop("_tpp_keep", []):
