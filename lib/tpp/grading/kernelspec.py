@@ -300,7 +300,9 @@ class FastStartClient(AsyncKernelClient):
         drops the connection, and libzmq does not reconnect after that protocol error; a kernel
         that closes its own socket (or dies) drops it too, but then the grader's side tries to
         reconnect to an endpoint that is gone (``EVENT_CONNECT_RETRIED``, ``EVENT_CLOSED``):
-        that disconnection is not counted (it was reported as a message over the cap)."""
+        that disconnection is not counted (it was reported as a message over the cap).
+        Messages whose frames are each under the cap but whose total is not are dropped by the
+        channels (:class:`CappedChannel`) and counted here too."""
         import zmq
         from zmq.utils.monitor import parse_monitor_message
 
