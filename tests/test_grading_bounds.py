@@ -134,9 +134,9 @@ def test_a_message_of_many_frames_each_under_the_cap_is_dropped_as_a_whole(demo,
     deserialised). Now the client's channel counts a message's frames as they arrive and
     releases them past the cap: the row says ``message-too-large``, the honest answers count,
     and the grader's Python heap never holds such a message (tracemalloc's peak, exact: the
-    frames are libzmq's until copied). The grader's RSS (sampled with psutil) is reported and
-    bounded loosely: libzmq itself queues whole messages while the grader is not reading,
-    which a busy machine makes longer (the instructors' page gives that bound)."""
+    frames are libzmq's until copied). The grader's RSS (sampled with psutil) is printed, not
+    asserted: libzmq itself queues whole messages while the grader is not reading, for as
+    long as a busy machine makes that (the instructors' page gives that bound)."""
     import threading
     import tracemalloc
 
@@ -174,7 +174,6 @@ def test_a_message_of_many_frames_each_under_the_cap_is_dropped_as_a_whole(demo,
     assert row["questions"]["q2"]["result"] == "correct", row
     assert row["questions"]["q3"]["result"] == "correct", row
     assert heap_peak < 2 * limits.max_message_mb * 2**20, heap_peak  # never one 40 MiB message
-    assert growth < sent * 3 // 4, (growth, sent)
 
 
 @pytest.mark.slow
