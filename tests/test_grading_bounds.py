@@ -79,14 +79,28 @@ def test_the_kernels_shared_folder_is_a_small_tmpfs_not_the_host_disk(demo, bwra
 
 
 @pytest.mark.slow
-def test_one_wall_clock_budget_per_submission(demo, bwrap):
+def test_one_wall_clock_budget_per_submission(demo, bwrap, monkeypatch):
+    """Each answer cell sleeps 3.5 s (under the 5 s cell timeout), so without one budget per
+    submission all of them would run. With an 8 s budget at most 8 // 3.5 = 2 of them can
+    have finished (a sleep takes at least its time, however busy the machine): the count of
+    cells the kernel finished shows the bound without measuring time."""
+    import tpp.grading.reference as reference
+
     limits = Limits(timeout=5, budget_s=8)
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     slow = {k: "import time\ntime.sleep(3.5)\n" + v for k, v in CORRECT.items()}
+    seen = []
+    real = reference.run_rebuilt
+    monkeypatch.setattr(reference, "run_rebuilt",
+                        lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])  # fmt: skip
     row = grade_submission(_write(demo, "slow", slow), demo["master"], ref, limits)
-    assert row["status"] == "timeout" and "budget" in row["reason"], row
+    assert row["status"] == "timeout" and "time budget of 8 s" in row["reason"], row
     assert row["questions"]["q3"]["result"] == "timeout"  # never "not-run" (issue 20, load)
-    assert row["duration_s"] < 8 + limits.startup_timeout * 4  # bounded by the budget
+    assert "budget" in row["questions"]["q3"]["detail"], row
+    rebuilt, outcome, _ = seen[0]
+    finished = [i for i, c in enumerate(rebuilt.cells)
+                if c.kind == "answer" and outcome.cells[i].status == "ok"]  # fmt: skip
+    assert len(finished) <= int(limits.budget_s // 3.5) < len(slow), (finished, outcome.cells)
 
 
 @pytest.mark.slow
@@ -102,6 +116,85 @@ def test_a_huge_kernel_message_is_refused_and_the_answers_still_count(demo, bwra
     if row["questions"]["q1"]["result"] == "timeout":
         assert "over 1 MiB" in row["questions"]["q1"]["detail"], row
     assert row["questions"]["q2"]["result"] == "correct", row
+
+
+MANY_FRAMES = (
+    "k = get_ipython().kernel\n"
+    "frame = b'z' * 2**20  # one 1 MiB buffer, sent 40 times: the kernel holds 1 MiB\n"
+    "for _ in range({messages}):  # each message: 40 frames under the 4 MiB frame cap\n"
+    "    k.session.send(k.iopub_socket, 'stream', {{'name': 'stdout', 'text': ''}},\n"
+    "                   parent=k.get_parent(), buffers=[frame] * 40)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_message_of_many_frames_each_under_the_cap_is_dropped_as_a_whole(demo, bwrap):
+    """Before: ``--max-message-mb`` capped each ZeroMQ frame, so one validly signed IOPub
+    message of 40 frames of 1 MiB (4 MiB cap) reached the grader whole (40 MiB, copied and
+    deserialised). Now the client's channel counts a message's frames as they arrive and
+    releases them past the cap: the row says ``message-too-large``, the honest answers count,
+    and the grader's Python heap never holds such a message (tracemalloc's peak, exact: the
+    frames are libzmq's until copied). The grader's RSS (sampled with psutil) is printed, not
+    asserted: libzmq itself queues whole messages while the grader is not reading, for as
+    long as a busy machine makes that (the instructors' page gives that bound)."""
+    import threading
+    import tracemalloc
+
+    import psutil
+
+    messages = 8
+    sent = messages * 40 * 2**20
+    limits = Limits(timeout=15, max_message_mb=4)
+    ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
+    cell = MANY_FRAMES.format(messages=messages) + CORRECT["a-q1"]
+    path = _write(demo, "frames", dict(CORRECT, **{"a-q1": cell}))
+    me = psutil.Process()
+    base = me.memory_info().rss
+    peak, done = [base], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    tracemalloc.start()
+    sampler.start()
+    try:
+        row = grade_submission(path, demo["master"], ref, limits)
+        heap_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        done.set()
+        sampler.join()
+        tracemalloc.stop()
+    growth = peak[0] - base
+    print(f"sent {sent / 2**20:.0f} MiB; grader RSS growth {growth / 2**20:.0f} MiB; "
+          f"Python heap peak {heap_peak / 2**20:.1f} MiB")  # fmt: skip
+    assert row["status"] == "message-too-large" and "over 4 MiB" in row["reason"], row
+    assert row["questions"]["q1"]["result"] in ("correct", "timeout"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+    assert row["questions"]["q3"]["result"] == "correct", row
+    assert heap_peak < 2 * limits.max_message_mb * 2**20, heap_peak  # never one 40 MiB message
+
+
+@pytest.mark.slow
+def test_a_kernel_that_closes_its_own_socket_is_not_reported_as_a_huge_message(demo, bwrap):
+    """Another attack of the family: an answer cell that closes its kernel's shell socket. The
+    grader's side saw a disconnection and the row said "a message over 16 MiB was dropped"
+    (``message-too-large``), which was false; now a disconnection followed by failed
+    reconnections (the endpoint is gone) is not counted: that question times out, the others
+    count."""
+    from tpp.grading.run import startup_wait
+
+    limits = Limits(timeout=startup_wait(15))
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    closer = dict(CORRECT, **{"a-q1": "get_ipython().kernel.shell_stream.socket.close()\n"
+                                      + CORRECT["a-q1"]})  # fmt: skip
+    row = grade_submission(_write(demo, "closer", closer), demo["master"], ref, limits)
+    assert row["status"] != "message-too-large", row
+    assert "MiB" not in row["reason"], row
+    assert row["questions"]["q1"]["result"] in ("timeout", "kernel-died"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+    assert row["questions"]["q3"]["result"] == "correct", row
 
 
 def test_many_untagged_cells_do_not_cost_a_parse_each(demo):
@@ -189,3 +282,24 @@ def test_the_instructors_page_documents_every_bound_and_status():
     undocumented = [o for o in opts if not any(cell.startswith((f"`{o} ", f"`{o}`"))
                                                or f"`{o}`" in cell for cell in table)]  # fmt: skip
     assert not undocumented, f"bound options without a row in the page's table: {undocumented}"
+
+
+def test_an_answer_cell_whose_source_is_a_million_numbers_is_named_not_missing(demo):
+    """Another attack of the family: valid notebook JSON whose answer cell's source is a list
+    of 10**6 numbers (not text). It is refused cheaply and the row says why (before: "no
+    answer cell for q1", although the cell was there); a list of 10**6 empty strings is
+    text and is read as such."""
+    from tpp.grading.submission import answer_sources, read_notebook
+
+    nb = submission(demo["ex"], CORRECT)
+    for cell in nb["cells"]:
+        if cell.get("id") == "a-q1":
+            cell["source"] = [0] * 10**6
+        if cell.get("id") == "a-q3":
+            cell["source"] = [CORRECT["a-q3"]] + [""] * 10**6
+    path = demo["root"] / "numbers.ipynb"
+    path.write_text(json.dumps(nb))
+    found, warnings = answer_sources(read_notebook(path, max_source_chars=200_000), demo["master"])
+    assert "a-q1" not in found
+    assert any(w.startswith("q1:") and "not text" in w for w in warnings), warnings
+    assert found["a-q3"] == CORRECT["a-q3"] and found["a-q2"] == CORRECT["a-q2"]

@@ -182,3 +182,57 @@ def test_a_fork_bomb_is_bounded_by_the_sandboxs_pids(demo):
     assert "40 processes and threads" in row["reason"]
     assert row["questions"]["q1"]["result"] == "correct", row
     assert row["questions"]["q2"]["result"] == "correct"  # the kernel survived its bomb
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_sweep_removes_the_empty_groups_of_a_gone_grader_only(tmp_path):
+    """On a fake cgroup root (folders only): a group whose grader (the pid in its name) is gone
+    is removed; one of a live grader (this process) is kept, even empty (its launcher may not
+    have joined it yet); an unnamed (older) group only once old; other folders never."""
+    import time
+
+    parent = tmp_path / "tpp-grade"
+    dead, mine = parent / f"k{_dead_pid()}-0a1b", parent / f"k{os.getpid()}-2c3d"
+    old, fresh, other = parent / "k0123abcd", parent / "k4567ef01", parent / "keep-me"
+    for d in (dead, mine, old, fresh, other):
+        d.mkdir(parents=True)
+    long_ago = time.time() - 2 * bounds.LEGACY_AGE_S
+    os.utime(old, (long_ago, long_ago))
+    os.utime(other, (long_ago, long_ago))
+    removed = bounds.sweep("v2", root=tmp_path)
+    assert sorted(removed) == sorted([dead, old])
+    assert mine.is_dir() and fresh.is_dir() and other.is_dir()
+    assert not dead.exists() and not old.exists()
+
+
+def test_a_grader_killed_outright_leaves_groups_the_next_run_sweeps(cgroup):
+    """A grader killed with SIGKILL cannot remove its cgroup(s): they stayed, empty, one per
+    killed run. The next run's sweep removes them (and never a live grader's group)."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys\nfrom tpp.grading import bounds\n"
+            f"g = bounds.Group({cgroup!r}, 400, 32, 0.5)\n"
+            "print(':'.join(str(d) for d in g.dirs), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    left = [Path(d) for d in proc.stdout.strip().split(":")]
+    assert left and all(d.is_dir() for d in left), left  # what the killed grader left
+    live = bounds.Group(cgroup, 400, 32, 0.5)
+    try:
+        bounds.sweep(cgroup)  # a concurrent run's sweep may have removed some already
+        assert not any(d.exists() for d in left), left
+        assert all(d.is_dir() for d in live.dirs), live.dirs
+    finally:
+        live.close()
+    assert not any(d.exists() for d in live.dirs)

@@ -187,3 +187,47 @@ def test_grading_the_odd_folder_writes_one_row_per_entry_with_warnings(demo, bwr
     assert by[("dan", "dan.html")]["status"] == "not-a-notebook"
     assert [r["status"] for r in book if r["student"] == NFC] == ["duplicate-id"] * 2
     assert "with warnings" in summary.describe()
+
+
+def test_names_that_differ_only_in_unprintable_characters_keep_their_own_ids(demo):
+    """Another attack of the family: every unprintable character of a name became "?", so a
+    file named "ann<newline>.ipynb" made the honest "ann?.ipynb" a ``duplicate-id`` (neither
+    graded), and so did names equal in their first 200 characters. Now unprintable characters
+    are written as their codes and long names end with a hash: distinct names, distinct ids."""
+    subs = demo["root"] / "subs"
+    subs.mkdir()
+    names = ["ann?", "ann\n", "ann\t", "ann\\x0a", "ann\x1b[31m", "x" * 210 + "a", "x" * 210 + "b"]
+    for n in names:
+        (subs / f"{n}.ipynb").write_text(demo["good"])
+    items, _ = collect(subs)
+    assert len(items) == len(names)
+    assert not [it for it in items if it.status == "duplicate-id"], items
+    ids = {it.student for it in items}
+    assert len(ids) == len(names), sorted(ids)
+    assert "ann?" in ids  # a printable name is kept as it is
+    assert all(it.student.isprintable() and len(it.student) <= 201 for it in items)
+
+
+def test_a_zip_member_whose_path_leaves_the_archive_is_a_row_not_a_silent_drop(demo):
+    """Another attack of the family: a member named ``../ben.ipynb`` (or ``ann/../../x``) was
+    skipped without a row (one file in, no row out). It is never extracted, and gets a row of
+    its own under its whole path: never ``ben``'s id, so it cannot make ben a duplicate."""
+    archive = demo["root"] / "subs.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("ben.ipynb", demo["good"])
+        zf.writestr("../ben.ipynb", demo["good"])
+        zf.writestr("ann/../../x.ipynb", demo["good"])
+    items, tmp = collect(archive)
+    try:
+        by = _by(items)
+        assert len(items) == 3, items
+        assert by["ben"][0].path is not None and by["ben"][0].status == "", by["ben"]
+        for name in ("../ben.ipynb", "ann/../../x.ipynb"):
+            (it,) = by[name]
+            assert it.status == "unreadable-archive" and "leaves the archive" in it.reason, it
+        assert not (demo["root"] / "ben.ipynb").exists()  # nothing written beside the zip
+    finally:
+        if tmp is not None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -16,6 +16,9 @@ memory, processes and CPU in a control group of its own.
   ``pids-limit``), and the row says so. Where no cgroup is writable the per-process rlimits of
   :mod:`tpp.grading.launcher` remain, and :func:`describe` says so in one line.
 
+A grader killed outright (``SIGKILL``) cannot remove its groups: :func:`sweep`, at the start of
+each grading run, removes the groups whose grader is gone and whose processes are gone.
+
 Only the standard library: the launcher reads :data:`ENV` itself.
 """
 
@@ -24,13 +27,19 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import secrets
 import signal
+import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 ENV = "TPP_CGROUP_PROCS"  # ':'-separated cgroup.procs files the launcher joins
 _PARENT = "tpp-grade"
+# a group's name says which grader made it: k<pid>-<hex>. Groups named k<hex> (before the
+# owner was in the name) are stale once empty and older than this
+LEGACY_AGE_S = 3600.0
+_OWNED = re.compile(r"k(\d+)-[0-9a-f]+")
 
 
 def _libc() -> ctypes.CDLL:
@@ -137,7 +146,7 @@ class Group:
             raise ValueError(f"nproc={nproc} leaves no thread for the kernel (it starts with "
                              f"{START_TASKS} tasks): pass --nproc 32 or more")  # fmt: skip
         self.mode = mode
-        name = f"k{secrets.token_hex(6)}"
+        name = f"k{os.getpid()}-{secrets.token_hex(6)}"  # the owner, for sweep()
         self.dirs: list[Path] = []
         self.by_controller: dict[str, Path] = {}
         quota = max(1000, int(cpus * self.PERIOD_US))
@@ -224,6 +233,64 @@ class Group:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def _alive(pid: int) -> bool:
+    """True if process ``pid`` exists and is not a zombie (a killed grader not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+def _group_pids(d: Path) -> str:
+    try:
+        return (d / "cgroup.procs").read_text().strip()
+    except FileNotFoundError:
+        return ""
+    except OSError:
+        return "?"  # unreadable: not known to be empty
+
+
+def sweep(mode: str, root: Path | None = None, legacy_age_s: float = LEGACY_AGE_S) -> list[Path]:
+    """Remove the stale groups under ``root`` (default :data:`ROOT`) of hierarchy ``mode``:
+    those with no process left whose grader (the pid in the name ``k<pid>-<hex>``) is gone —
+    a grader killed with ``SIGKILL`` leaves its groups behind. A group of a live grader is
+    never touched (it may not have been joined yet); one without an owner in its name only
+    when older than ``legacy_age_s``. Returns the folders removed."""
+    root = ROOT if root is None else root
+    ctls = ("",) if mode == "v2" else ("memory", "pids", "cpu") if mode == "v1" else ()
+    removed: list[Path] = []
+    for ctl in ctls:
+        parent = root / ctl / _PARENT if ctl else root / _PARENT
+        try:
+            entries = [e for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for e in entries:
+            owned = _OWNED.fullmatch(e.name)
+            if owned:
+                if _alive(int(owned.group(1))):
+                    continue
+            elif not re.fullmatch(r"k[0-9a-f]+", e.name):
+                continue  # not a group of the grader's
+            else:
+                try:
+                    if time.time() - e.stat(follow_symlinks=False).st_mtime < legacy_age_s:
+                        continue
+                except OSError:
+                    continue
+            d = Path(e.path)
+            if _group_pids(d):
+                continue  # processes left: not stale (nor ours to kill)
+            try:
+                d.rmdir()
+            except OSError:
+                continue
+            removed.append(d)
+    return removed
 
 
 def _write(path: Path, text: str) -> None:

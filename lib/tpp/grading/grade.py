@@ -166,6 +166,7 @@ class Summary:
     sandboxed: bool = True
     write_errors: list[str] = field(default_factory=list)  # results that could not be written
     bounded: str = ""  # why the sandbox is bounded per process only ("" when by a cgroup)
+    notes: list[str] = field(default_factory=list)  # e.g. the master's run retried (load)
 
     def describe(self) -> str:
         counts = Counter(r["status"] for r in self.rows)
@@ -181,6 +182,7 @@ class Summary:
                if self.write_errors else "")
             + ("" if self.sandboxed else "; WITHOUT the OS sandbox (not for credit)")
             + (f"; {self.bounded}" if self.bounded else "")
+            + "".join(f"; {n}" for n in self.notes)
         )
 
 
@@ -233,13 +235,15 @@ class _References:
     def __init__(self, master: Master, limits: Limits, cache_dir: Path | None) -> None:
         self.master, self.limits, self.cache_dir = master, limits, cache_dir
         self.per_student = parameters_of(master, "x") is not None
+        self.notes: list[str] = []  # the master's reference runs that had to be retried
         # without parameters one reference for all, computed (or read) before grading starts
-        self.base = None if self.per_student else load_reference(master, limits, cache_dir)
+        self.base = (None if self.per_student
+                     else load_reference(master, limits, cache_dir, notes=self.notes))  # fmt: skip
 
     def __call__(self, student: str) -> dict[str, Any]:
         if self.base is not None:
             return self.base
-        return load_reference(self.master, self.limits, self.cache_dir, student)
+        return load_reference(self.master, self.limits, self.cache_dir, student, self.notes)
 
     def key(self, student: str) -> str:
         try:
@@ -262,7 +266,11 @@ def _grade_item(item: Item, master: Master, refs: _References) -> dict[str, Any]
 def _worker(args: tuple[Item, str, Limits, Path | None]) -> dict[str, Any]:
     item, master_path, limits, cache_dir = args
     master = parse_master(Path(master_path))
-    return _grade_item(item, master, _References(master, limits, cache_dir))
+    refs = _References(master, limits, cache_dir)
+    row = _grade_item(item, master, refs)
+    if refs.notes:  # for the summary of the grading process (popped there, never written)
+        row["_notes"] = refs.notes
+    return row
 
 
 def grade_folder(
@@ -304,13 +312,20 @@ def _grade_items(
     # the kernels' guard (second layer) keeps submitted code out of the masters and results
     protect = {str(p.resolve()) for p in (solutions, master_path.parent, out)}
     limits = dataclasses.replace(limits, protect=(*limits.protect, *sorted(protect)))
+    # groups left by a grader killed outright (SIGKILL): their processes are gone too
+    swept = bounds.sweep(limits.cgroup) if limits.cgroup else []
     refs = _References(master, limits, options.cache_dir)
+    if progress:
+        for note in refs.notes:
+            progress(f"note: {note}")
 
     started = time.monotonic()
     rows: dict[str, dict[str, Any]] = {}
     todo: list[Item] = []
     summary = Summary(master.assignment, [], sandboxed=limits.sandbox,
                       bounded="" if limits.cgroup else bounds.describe(options.cgroups))
+    if swept:
+        summary.notes.append(f"removed {len(swept)} stale cgroup(s) of a grader that was killed")
     for it in items:
         row_path = out / "rows" / f"{safe_name(it.row_key)}.json"
         if not options.force and row_path.exists():  # grader errors are always retried
@@ -335,6 +350,9 @@ def _grade_items(
         todo.append(it)
 
     def finish(it: Item, row: dict[str, Any]) -> None:
+        for note in [*refs.notes, *row.pop("_notes", [])]:
+            if note not in summary.notes:
+                summary.notes.append(note)
         row["submission_sha256"] = _sha256_file(it.path)
         row["guard"] = limits.guard
         row["sandbox"] = limits.sandbox
@@ -394,6 +412,7 @@ def _grade_items(
         write_outputs(out, list(rows.values()), master)
     except OSError as exc:
         summary.write_errors.append(f"results: {type(exc).__name__}: {exc}"[:200])
+    summary.notes.extend(n for n in refs.notes if n not in summary.notes)
     summary.rows = sorted(rows.values(), key=lambda r: (r["student"], r["file"]))
     summary.seconds = time.monotonic() - started
     return summary

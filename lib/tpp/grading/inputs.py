@@ -70,9 +70,32 @@ def safe_name(student: str) -> str:
     return f"{stem}-{hashlib.sha256(student.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
+MAX_ID_CHARS = 200
+
+
+def _escape(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
+    if ch.isprintable():
+        return ch
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _norm(name: str) -> str:
-    name = unicodedata.normalize("NFC", name.encode("utf-8", "replace").decode("utf-8"))
-    return "".join(ch if ch.isprintable() else "?" for ch in name)[:200] or "?"
+    """A file name as an id: NFC-normalised, each character that is not printable (a newline,
+    an escape, a byte that is not UTF-8, a direction override) written as its code (``\\x0a``,
+    ``\\udcff``, ``\\u202e``) and a backslash doubled, so that two names never give one id
+    (``a?b``, ``a<newline>b`` and ``a<tab>b`` were all ``a?b``: a crafted name made another
+    student's submission a ``duplicate-id``); longer than :data:`MAX_ID_CHARS`, cut and ended
+    with a hash of the whole name."""
+    out = "".join(_escape(ch) for ch in unicodedata.normalize("NFC", name))
+    if len(out) > MAX_ID_CHARS:
+        digest = hashlib.sha256(out.encode("utf-8")).hexdigest()[:10]
+        out = f"{out[:MAX_ID_CHARS - 10]}~{digest}"  # one longer than any uncut id
+    return out or "?"
 
 
 def _is_nb(name: str) -> bool:
@@ -237,10 +260,14 @@ def _from_zip(archive: Path, into: Path, assignment: str | None) -> list[Item]:
         if len(infos) > MAX_ZIP_MEMBERS:
             raise ValueError(f"{archive} has more than {MAX_ZIP_MEMBERS} entries")
         members = []
+        escaping: list[zipfile.ZipInfo] = []  # a path with "..": a row of its own, never used
         for info in infos:
             parts = [p for p in PurePosixPath(info.filename.replace("\\", "/")).parts
                      if p not in ("", ".", "/")]  # fmt: skip
-            if info.is_dir() or not parts or ".." in parts or any(_hidden(p) for p in parts):
+            if ".." in parts and not info.is_dir():
+                escaping.append(info)
+                continue
+            if info.is_dir() or not parts or any(_hidden(p) for p in parts):
                 continue
             members.append((parts, info, stat.S_ISLNK(info.external_attr >> 16)))
         note: tuple[str, ...] = ()
@@ -283,6 +310,10 @@ def _from_zip(archive: Path, into: Path, assignment: str | None) -> list[Item]:
                 items.append(Item(student, _norm(name), None, why, warn, status))
             else:
                 items.append(Item(student, _norm(name), dest, warnings=warn))
+        for info in escaping:  # the whole member path is its id: never another student's
+            items.append(Item(_norm(info.filename), _norm(info.filename), None,
+                              "the zip member's path leaves the archive ('..'): not extracted",
+                              (), "unreadable-archive"))  # fmt: skip
     return items
 
 

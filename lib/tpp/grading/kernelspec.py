@@ -18,8 +18,10 @@ from typing import Any
 
 import nbformat
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
+from traitlets import Type
 
 from tpp.grading import bounds, sandbox
 from tpp.grading.limits import Limits
@@ -117,11 +119,78 @@ def kernelspec_dir(limits: Limits) -> Path:
 
 
 class StartTimeout(RuntimeError):
-    """The kernel is alive but did not answer ``kernel_info`` within the start-up wait: the
-    machine was slow (load), not the submission; the runner starts it again with a longer wait."""
+    """The kernel is alive but did not answer ``kernel_info`` before the submission's budget ran
+    out (:attr:`FastStartClient.start_deadline`): the machine was slow (load), not the
+    submission. ``waits``: how many start-up waits it outlasted."""
+
+    def __init__(self, message: str, waits: int = 0) -> None:
+        super().__init__(message)
+        self.waits = waits
 
 
 FLUSH_S = 0.02  # IOPub quiet time that ends start-up (jupyter_client waits 0.2 s every time)
+
+
+class CappedChannel(AsyncZMQSocketChannel):
+    """jupyter_client's asyncio channel, with a cap on each WHOLE incoming message.
+
+    ZeroMQ's ``MAXMSGSIZE`` caps one frame; a Jupyter message is any number of frames (the
+    header, parent, metadata and content frames are signed, the buffer frames after them are
+    not), so 150 frames of 15 MB each passed it and the grader copied and deserialised all of
+    them. Here each frame is received on its own (``copy=False``: libzmq's buffer, not a
+    copy) with a running total; once it passes :attr:`max_bytes` the frames already received
+    are released and the message's remaining frames are released as they are read, never
+    held. Such a message is counted in :attr:`dropped` (:meth:`FastStartClient.dropped`) and
+    :meth:`get_msg` goes on waiting for the next one, within the same timeout.
+
+    What this does not bound: libzmq makes a multipart message readable only once its last
+    frame has arrived, and queues up to ``RCVHWM`` whole messages while the grader is not
+    reading (see the instructors' page, "Bounds", for the measured figures).
+    """
+
+    dropped = 0
+
+    @property
+    def max_bytes(self) -> int:
+        """The cap: :attr:`FastStartClient.max_message_bytes` (set per run)."""
+        return int(FastStartClient.max_message_bytes)
+
+    async def _recv(self, **kwargs: Any) -> dict[str, Any] | None:  # type: ignore[override]
+        assert self.socket is not None
+        frames: list[Any] = []
+        total, over = 0, False
+        while True:
+            frame = await self.socket.recv(copy=False, **kwargs)
+            more = frame.more
+            if not over:
+                total += len(frame)
+                if total > self.max_bytes:
+                    over = True
+                    frames.clear()
+                else:
+                    frames.append(frame)
+            del frame
+            if not more:
+                break
+        if over:
+            self.dropped += 1
+            return None
+        _, smsg = self.session.feed_identities([f.bytes for f in frames])
+        return self.session.deserialize(smsg)
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:  # type: ignore[override]
+        """The next message within ``timeout`` seconds; messages over the cap are skipped."""
+        from queue import Empty
+
+        assert self.socket is not None
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not await self.socket.poll(None if left is None else int(left * 1000)):
+                raise Empty
+            msg = await self._recv()
+            if msg is not None:
+                return msg
 
 
 class FastStartClient(AsyncKernelClient):
@@ -133,20 +202,31 @@ class FastStartClient(AsyncKernelClient):
     quiet instead of 0.2 s: a fixed 0.2 s per kernel, and one kernel per submission. Messages
     that arrive later are the kernel's own start-up status, which nbclient ignores (it keeps
     only messages whose parent is the cell's request).
+
+    A kernel alive but slower than its wait (a busy machine) is not killed and started again
+    (a start that never fits its wait would never end): the wait doubles, on the same kernel,
+    until it answers, dies (``RuntimeError``: the runner starts another) or the submission's
+    budget ends at :attr:`start_deadline` (:class:`StartTimeout`). :attr:`tpp_slow_waits`
+    counts the waits it outlasted.
     """
 
     start_wait_s: float | None = None  # set per kernel by the runner (nbclient's is whole seconds)
+    start_deadline: float | None = None  # time.monotonic() when the submission's budget ends
 
     async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
         from queue import Empty
 
         if self.start_wait_s is not None:
             timeout = self.start_wait_s
-        deadline = time.time() + (float("inf") if timeout is None else timeout)
+        wait_s = float("inf") if timeout is None else max(0.01, timeout)
+        began = time.monotonic()
+        deadline = began + wait_s
+        end = self.start_deadline if self.start_deadline is not None else deadline
+        self.tpp_slow_waits = 0
         while True:
             self.kernel_info()
             try:
-                wait = max(0.01, min(1.0, deadline - time.time()))
+                wait = max(0.01, min(1.0, deadline - time.monotonic()))
                 msg = await ensure_async(self.shell_channel.get_msg(timeout=wait))
             except Empty:
                 pass
@@ -161,8 +241,15 @@ class FastStartClient(AsyncKernelClient):
                         break
             if not await self._async_is_alive():
                 raise RuntimeError("Kernel died before replying to kernel_info")
-            if time.time() > deadline:
-                raise StartTimeout(f"the kernel did not answer within {timeout:.3g} s of starting")
+            now = time.monotonic()
+            if now > deadline:
+                if now >= end:
+                    raise StartTimeout(f"the kernel did not answer within {now - began:.3g} s "
+                                       f"of starting ({self.tpp_slow_waits + 1} start-up waits "
+                                       "outlasted)", self.tpp_slow_waits + 1)  # fmt: skip
+                self.tpp_slow_waits += 1  # alive, the machine slow: the same kernel, longer
+                wait_s *= 2
+                deadline = min(began + wait_s, end)
             await asyncio.sleep(0)
         while True:
             try:
@@ -174,41 +261,69 @@ class FastStartClient(AsyncKernelClient):
 
     max_message_bytes = 16 * 2**20  # set per run from Limits.max_message_mb
 
+    # every channel capped on the whole message (CappedChannel reads max_message_bytes)
+    shell_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    iopub_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    stdin_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+    control_channel_class = Type(CappedChannel)  # type: ignore[assignment]
+
+    def _channels(self) -> list[Any]:
+        return [getattr(self, f"_{n}_channel", None) for n in ("shell", "iopub", "stdin",
+                                                              "control")]  # fmt: skip
+
     def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
         """jupyter_client's socket, with a cap on each incoming message frame and a short
         queue: a kernel's huge (validly signed) messages are refused by ZeroMQ before the
-        grader allocates or deserialises them (the peer is disconnected, and reconnects).
-        A monitor on the socket records each such disconnection (:meth:`dropped`)."""
+        grader allocates or deserialises them (the connection is dropped; libzmq 4.3.5 does
+        not reconnect after that protocol error).
+        A monitor on the socket records each such disconnection (:meth:`dropped`), and the
+        failed reconnections that tell a peer gone from a message refused."""
         import zmq
 
         self.context.setsockopt(zmq.MAXMSGSIZE, int(self.max_message_bytes))  # new sockets
         self.context.setsockopt(zmq.RCVHWM, 64)
         sock = super()._create_connected_socket(channel, identity)
         try:
-            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            mon = sock.get_monitor_socket(
+                zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED
+            )
         except zmq.ZMQError:  # pragma: no cover - libzmq without monitors
             return sock
         self.__dict__.setdefault("_tpp_monitors", []).append(zmq.Socket.shadow(mon.underlying))
         self.__dict__.setdefault("_tpp_keep", []).append(mon)  # the shadow does not own it
         return sock
 
+    JUDGE_S = 0.5  # after a disconnection, how long a failed reconnection is waited for
+
     def dropped(self) -> int:
-        """How many times a channel was disconnected so far: ZeroMQ drops the connection of a
-        message over ``max_message_bytes`` (a kernel that dies ends the run otherwise)."""
+        """How many messages over ``max_message_bytes`` ZeroMQ refused so far. A refused message
+        drops the connection, and libzmq does not reconnect after that protocol error; a kernel
+        that closes its own socket (or dies) drops it too, but then the grader's side tries to
+        reconnect to an endpoint that is gone (``EVENT_CONNECT_RETRIED``, ``EVENT_CLOSED``):
+        that disconnection is not counted (it was reported as a message over the cap).
+        Messages whose frames are each under the cap but whose total is not are dropped by the
+        channels (:class:`CappedChannel`) and counted here too."""
         import zmq
         from zmq.utils.monitor import parse_monitor_message
 
         seen = self.__dict__.get("_tpp_dropped", 0)
-        for mon in self.__dict__.get("_tpp_monitors", []):
+        pending = self.__dict__.setdefault("_tpp_pending", {})  # monitor -> disconnections
+        for k, mon in enumerate(self.__dict__.get("_tpp_monitors", [])):
             while True:
                 try:
+                    if pending.get(k) and not mon.poll(int(self.JUDGE_S * 1000)):
+                        break  # no reconnection tried: the connection was dropped by libzmq
                     frames = mon.recv_multipart(zmq.NOBLOCK)
                 except zmq.ZMQError:
                     break
-                if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
-                    seen += 1
+                event = parse_monitor_message(frames)["event"]
+                if event == zmq.EVENT_DISCONNECTED:
+                    pending[k] = pending.get(k, 0) + 1
+                elif event in (zmq.EVENT_CONNECT_RETRIED, zmq.EVENT_CLOSED):
+                    pending[k] = 0  # the peer's socket is gone: not a message refused
+            seen += pending.pop(k, 0)
         self.__dict__["_tpp_dropped"] = seen
-        return seen
+        return seen + sum(getattr(c, "dropped", 0) for c in self._channels() if c is not None)
 
     def stop_channels(self) -> None:
         for mon in self.__dict__.pop("_tpp_keep", []):

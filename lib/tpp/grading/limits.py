@@ -26,7 +26,7 @@ class Limits:
     disk_mb: int = 256  # each writable filesystem of the kernel (shared folder, work, /tmp)
     cpus: float = 1.0  # CPU bandwidth of the whole sandbox (cgroup cpu quota), in cores
     cgroup: str = ""  # "v1" / "v2": memory, pids and CPU bounded for the whole sandbox
-    max_message_mb: int = 16  # largest kernel message frame the grader accepts (zmq)
+    max_message_mb: int = 16  # largest whole kernel message the grader keeps (all frames)
     max_notebook_mb: float = 10.0  # largest submission file read
     max_cells: int = 2_000  # most cells a submission may have
     max_source_chars: int = 200_000  # longest cell source of a submission

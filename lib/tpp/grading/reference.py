@@ -9,9 +9,11 @@ reference per parameter set, cached by the parameters' hash.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 import secrets
@@ -28,6 +30,13 @@ from tpp.grading.run import RunOutcome, run_cells
 from tpp.grading.submission import Rebuilt, parameters_of, rebuild
 
 GRADER_VERSION = "3"
+# The master is trusted: a reference run that timed out (a slow setup cell on a busy machine)
+# is run again with the per-cell timeout, the start-up wait and the budget doubled, at most
+# MASTER_TRIES runs in all and never past MASTER_TIMEOUT_CAP_S per cell. Only the master's
+# runs: the students' limits never change.
+MASTER_TRIES = 3
+MASTER_TIMEOUT_CAP_S = 600.0
+_LOG = logging.getLogger("tpp.grading")
 # the limits a reference was computed under (a master that imports numpy at 2 GiB may fail at
 # 600 MiB): part of the cache key, so that a run at other limits recomputes (or refuses)
 KEY_LIMITS = ("timeout", "memory_mb", "cpu_seconds", "file_mb", "output_bytes", "guard",
@@ -138,20 +147,18 @@ def run_rebuilt(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def compute_reference(
-    master: Master, limits: Limits, student: str | None = None
-) -> dict[str, dict[str, Any]]:
-    """Run the master through the grading pipeline; its values are the reference.
-
-    Raises :class:`MasterError` if any cell of the master fails or an answer is not a plain
-    value: a master must pass all its own checks.
-    """
-    answers = {c.id: c.source for c in master.cells if c.role == "answer"}
-    rebuilt, outcome, records = run_rebuilt(master, answers, limits, student)
-    problems = []
-    if outcome.died or outcome.hung:
+def _master_problems(
+    master: Master, rebuilt: Rebuilt, outcome: RunOutcome, records: dict[str, Any]
+) -> tuple[list[str], dict[str, dict[str, Any]], bool]:
+    """What went wrong in one reference run, the values read, and whether it was only time
+    (a cell ``timeout``, a kernel killed after one, the budget): the machine, not the master."""
+    problems: list[str] = []
+    timed_out = bool(outcome.hung or outcome.over_budget)
+    if outcome.died or outcome.hung or outcome.over_budget:
         problems.append(outcome.reason)
     for cell, res in zip(rebuilt.cells, outcome.cells, strict=True):
+        if res.status == "timeout":
+            timed_out = True
         if res.status not in ("ok",) and cell.kind != "serialise":
             problems.append(
                 f"cell {cell.master_id} ({cell.kind} {cell.question or ''}) {res.status}"
@@ -170,9 +177,51 @@ def compute_reference(
                     f"{'not defined' if value['t'] == 'missing' else value.get('why')}"
                 )
         ref[q.id] = rec
-    if problems:
-        raise MasterError(f"{master.path}: the master fails in the grader: " + "; ".join(problems))
-    return ref
+    return problems, ref, timed_out
+
+
+def master_limits(limits: Limits, attempt: int) -> Limits:
+    """The limits of the master's reference run number ``attempt`` (0 first): per-cell timeout,
+    start-up wait and budget times ``2**attempt``, the timeout capped at
+    :data:`MASTER_TIMEOUT_CAP_S` (never below the configured one)."""
+    k = 2**attempt
+    timeout = max(limits.timeout, min(limits.timeout * k, MASTER_TIMEOUT_CAP_S))
+    return dataclasses.replace(limits, timeout=timeout, startup_timeout=limits.startup_timeout * k,
+                               budget_s=limits.budget_s * k)  # fmt: skip
+
+
+def compute_reference(
+    master: Master, limits: Limits, student: str | None = None, notes: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Run the master through the grading pipeline; its values are the reference.
+
+    Raises :class:`MasterError` if any cell of the master fails or an answer is not a plain
+    value: a master must pass all its own checks. A run that failed only for time (a cell
+    timed out, the budget ran out: a busy machine) is run again under :func:`master_limits`,
+    at most :data:`MASTER_TRIES` runs; each retry is logged and appended to ``notes`` (the
+    run's summary says so). The students' runs keep ``limits``.
+    """
+    answers = {c.id: c.source for c in master.cells if c.role == "answer"}
+    for attempt in range(MASTER_TRIES):
+        run_limits = master_limits(limits, attempt)
+        rebuilt, outcome, records = run_rebuilt(master, answers, run_limits, student)
+        problems, ref, timed_out = _master_problems(master, rebuilt, outcome, records)
+        if not problems:
+            return ref
+        last = attempt + 1 == MASTER_TRIES or master_limits(limits, attempt + 1) == run_limits
+        if not timed_out or last:
+            break
+        note = (f"the master's reference run{f' for {student!r}' if student else ''} timed out "
+                f"at a per-cell timeout of {run_limits.timeout:g} s (a busy machine): run again "
+                f"at {master_limits(limits, attempt + 1).timeout:g} s; the students' timeout "
+                f"stays {limits.timeout:g} s")  # fmt: skip
+        _LOG.warning("%s: %s", master.path, note)
+        if notes is not None:
+            notes.append(note)
+    tries = (f" (after {attempt + 1} runs, the last at a per-cell timeout of "
+             f"{run_limits.timeout:g} s)")
+    raise MasterError(f"{master.path}: the master fails in the grader"
+                      f"{tries if attempt else ''}: " + "; ".join(problems))  # fmt: skip
 
 
 def _atomic_write_private(path: Path, text: str) -> None:
@@ -189,9 +238,11 @@ def load_reference(
     limits: Limits,
     cache_dir: Path | None = None,
     student: str | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The master's reference values for ``student``'s parameters (if the master has any),
-    cached in ``cache_dir`` by content hash."""
+    cached in ``cache_dir`` by content hash (of ``limits``: a retry's longer timeout is not
+    part of the key). Retries of the master's run are appended to ``notes``."""
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
     key = reference_key(master, parameters_of(master, student), limits)
     path = cache_dir / f"reference-{key[:32]}.json"
@@ -202,7 +253,7 @@ def load_reference(
             return cached["values"]
     except (ValueError, OSError, AttributeError):
         pass
-    values = compute_reference(master, limits, student)
+    values = compute_reference(master, limits, student, notes)
     try:
         _atomic_write_private(path, json.dumps({"key": key, "values": values}, sort_keys=True))
     except OSError:

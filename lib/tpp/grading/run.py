@@ -7,12 +7,15 @@ unless ``Limits.guard`` is off, the audit hook of :mod:`tpp.grading.guard` insta
 ``ipykernel`` starts in the same process. Cells run with nbclient: errors allowed, a per-cell
 timeout, no stdin (``input()`` fails at once), outputs truncated, Unix-socket transport in the
 kernel's own folder. A timed-out cell is interrupted; if the kernel does not answer a probe
-cell afterwards it is killed. A kernel that dies (``sys.exit`` is harmless; ``os._exit`` or a
-limit kills it) is replaced by a new one, the earlier cells are replayed and the question
-retried once; after a second death or a kill the run goes on after the failed question (see
-:func:`run_cells`). Every process a kernel started is killed when it ends: the sandbox's PID
-namespace dies with it, and without the sandbox :mod:`tpp.grading.reaper` finds them (the
-grading process is a child subreaper, so daemons that double-fork are re-parented to it).
+cell afterwards it is killed. A kernel slower to start than its start-up wait (a busy machine)
+is waited for longer, the same kernel, within the submission's budget
+(:class:`tpp.grading.kernelspec.FastStartClient`). A kernel that dies (``sys.exit`` is
+harmless; ``os._exit`` or a limit kills it) is replaced by a new one, the earlier cells are
+replayed and the question retried once; after a second death or a kill the run goes on after
+the failed question (see :func:`run_cells`). Every process a kernel started is killed when it
+ends: the sandbox's PID namespace dies with it, and without the sandbox
+:mod:`tpp.grading.reaper` finds them (the grading process is a child subreaper, so daemons that
+double-fork are re-parented to it).
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ from tpp.grading.reaper import (
 )
 
 PROBE_TIMEOUT = 5
-MAX_SLOW_STARTS = 8  # a kernel slow to start is started again, each time with twice the wait
 _LOG = logging.getLogger("tpp.grading.nbclient")
 _LOG.addHandler(logging.NullHandler())
 _LOG.propagate = False
@@ -76,9 +78,9 @@ class RunOutcome:
     cells: list[CellOutcome]
     died: bool = False
     hung: bool = False
-    over_budget: bool = False  # the submission's wall-clock budget ran out (or the machine
-    # was too slow to start a kernel in MAX_SLOW_STARTS tries): a timeout, never a score
-    slow_starts: int = 0  # kernels that did not answer in their start-up wait (machine load)
+    over_budget: bool = False  # the submission's wall-clock budget ran out (a kernel still
+    # starting included): a timeout, never a score
+    slow_starts: int = 0  # start-up waits the kernels outlasted (machine load; same kernel)
     exceeded: list[str] = field(default_factory=list)  # bounds hit: memory-limit, pids-limit,
     # message-too-large (see tpp.grading.bounds and kernelspec.FastStartClient)
     reason: str = ""
@@ -125,9 +127,9 @@ def run_cells(
     rest of it: one question's failure does not cost the others. At most ``max_restarts``
     kernels are started after the first; a failure in a setup cell ends the run.
     A kernel alive but not answering within its start-up wait (:func:`startup_wait`: the
-    machine is busy) is not the submission's failure: it is started again with twice the wait,
-    within the one budget; if the budget runs out first the outcome is ``over_budget`` (the
-    row says ``timeout``), never a question left "not run".
+    machine is busy) is not the submission's failure: the same kernel is waited for, the wait
+    doubling, within the one budget (restarted only if it dies); if the budget runs out first
+    the outcome is ``over_budget`` (the row says ``timeout``), never a question left "not run".
     ``private[i]``: cell ``i`` runs without being stored in the kernel's input history
     (``In``, ``_ih``, ``_i<n>``), so that later cells cannot read its source.
     """
@@ -153,7 +155,8 @@ def run_cells(
     retried: set[object] = set()
     failures: list[tuple[str, str]] = []
     hits: list[str] = []
-    pos, restarts, slow = 0, 0, 0
+    pos, restarts = 0, 0
+    slow = [0]  # start-up waits outlasted, summed over the kernels
     wait = startup_wait(limits.startup_timeout)
     while pos < n:
         replay = [
@@ -165,21 +168,14 @@ def run_cells(
         ]
         todo = [i for i in range(pos, n) if groups[i] is None or groups[i] not in failed]
         stop, event = _session(nb, todo, replay, workdir, limits, result.cells, groups,
-                               deadline, hits, wait)  # fmt: skip
+                               deadline, hits, wait, slow)  # fmt: skip
         if event is None:
             break
         kind, reason = event
-        if kind == "slow-start":  # the machine, not the submission: again, with a longer wait
-            slow += 1
-            wait *= 2
-            if slow < MAX_SLOW_STARTS:
-                continue
-            kind = "budget"
-            reason = (f"the kernel did not start in {slow} tries (the last wait "
-                      f"{wait / 2:.3g} s): the machine is too busy; grade again")  # fmt: skip
         if kind == "budget":
-            if slow:
-                reason += f"; {slow} kernel start(s) too slow for the machine's load"
+            if slow[0]:
+                reason += (f"; the kernel outlasted {slow[0]} start-up wait(s) (the machine's "
+                           "load)")  # fmt: skip
             failures.append((kind, reason))
             break
         g = groups[stop] if stop >= 0 else None
@@ -204,7 +200,7 @@ def run_cells(
     result.hung = any(k == "hung" for k, _ in failures)
     result.over_budget = any(k == "budget" for k, _ in failures)
     result.reason = failures[0][1] if failures else ""
-    result.slow_starts = slow
+    result.slow_starts = slow[0]
     result.exceeded = sorted(set(hits))
     result.duration_s = time.monotonic() - start
     result.outputs = [list(c.get("outputs", [])) for c in nb.cells]
@@ -222,6 +218,7 @@ def _session(
     deadline: float = math.inf,
     hits: list[str] | None = None,
     start_wait: float | None = None,
+    slow: list[int] | None = None,
 ) -> tuple[int, tuple[str, str] | None]:
     """One kernel: replay cells silently, then run ``todo``, recording ``outcomes``.
 
@@ -232,9 +229,11 @@ def _session(
     question is over; the kernel is not trusted with the next question (memory may still be
     held, threads left running), so the session ends at the last cell of that question.
     The bounds the sandbox hit (``memory-limit``, ``pids-limit``, ``message-too-large``) are
-    appended to ``hits``. Kind ``slow-start``: the kernel did not answer within ``start_wait``
-    seconds (default :func:`startup_wait` of ``limits.startup_timeout``), capped by the budget.
+    appended to ``hits``. A kernel that does not answer within ``start_wait`` seconds (default
+    :func:`startup_wait` of ``limits.startup_timeout``) is waited for longer, up to the
+    ``deadline`` (then kind ``budget``); ``slow[0]`` counts the waits it outlasted.
     """
+    slow = slow if slow is not None else [0]
     hits = hits if hits is not None else []
     groups = groups if groups is not None else [None] * len(nb.cells)
     tainted: str | None = None
@@ -309,6 +308,7 @@ def _session(
             _LOG.warning("no cgroup for this kernel: %s", exc)
     FastStartClient.max_message_bytes = limits.max_message_mb * 2**20
     FastStartClient.start_wait_s = wait_s  # nbclient's startup_timeout is whole seconds
+    FastStartClient.start_deadline = deadline  # alive but slow: waited for, up to the budget
     # the shared folder on the host disk (no root: no tmpfs): a watchdog bounds it instead
     watch = None if _is_tmpfs(shared) else bounds.DiskWatch(shared, limits.disk_mb)
     kernel: psutil.Process | None = None
@@ -319,6 +319,7 @@ def _session(
         if group is not None:
             quiet["env"] = {**os.environ, **group.env}
         with client.setup_kernel(cwd=str(workdir), **quiet):
+            slow[0] += getattr(client.kc, "tpp_slow_waits", 0)
             kernel_pid = getattr(km.provisioner, "pid", None)
             pgid = getattr(km.provisioner, "pgid", None)
             try:
@@ -392,8 +393,9 @@ def _session(
     except (KeyError, ValueError, TypeError):  # while shutting a broken kernel down
         if not finished:
             event = event or ("died", "the kernel broke the Jupyter protocol")
-    except StartTimeout as exc:  # alive, but slower to start than the wait: the machine
-        stop, event = -1, ("slow-start", str(exc)[:200])
+    except StartTimeout as exc:  # alive, but still starting when the budget ran out
+        slow[0] += exc.waits
+        stop, event = -1, ("budget", f"{budget[1]} while the kernel was starting: {exc}"[:300])
     except RuntimeError as exc:  # the kernel did not start
         stop, event = -1, ("died", f"the kernel failed to start: {str(exc)[:200]}")
     finally:

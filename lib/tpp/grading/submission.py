@@ -199,7 +199,9 @@ def answer_sources(nb: dict[str, Any], master: Master) -> tuple[dict[str, str], 
             used.add(id(cell))
             try:
                 found[mcell.id] = source_text(cell.get("source", ""))
-            except TypeError:
+            except TypeError:  # a list of numbers, say: the cell is there, its source is not text
+                warnings.append(f"{q.id}: the answer cell's source is not text (a string or a "
+                                "list of strings): not run, graded as missing")  # fmt: skip
                 continue
     _NAMES.clear()
     return found, warnings
