@@ -303,3 +303,19 @@ def test_an_answer_cell_whose_source_is_a_million_numbers_is_named_not_missing(d
     assert "a-q1" not in found
     assert any(w.startswith("q1:") and "not text" in w for w in warnings), warnings
     assert found["a-q3"] == CORRECT["a-q3"] and found["a-q2"] == CORRECT["a-q2"]
+
+
+@pytest.mark.slow
+def test_grading_many_submissions_does_not_run_out_of_file_descriptors(demo, bwrap):
+    """Before: each graded submission left its kernel client's and manager's ZeroMQ contexts
+    open (~28 descriptors: I/O threads' epolls and eventfds), and a long run or test session
+    met EMFILE ("Too many open files", CI on 1d0dda8). Now a fourth submission leaves the
+    process with as many descriptors as the first did (a few of slack for transient ones)."""
+    limits = Limits(timeout=15)
+    ref = load_reference(demo["master"], limits, demo["root"] / "cache")
+    counts = []
+    for k in range(4):
+        row = grade_submission(_write(demo, f"s{k}", CORRECT), demo["master"], ref, limits)
+        assert row["total"] == row["max"], row
+        counts.append(len(os.listdir("/proc/self/fd")))
+    assert counts[-1] - counts[0] <= 6, counts  # the old code: +28 per submission

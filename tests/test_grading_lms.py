@@ -54,12 +54,17 @@ def test_collect_reads_folders_per_student_and_zips(demo):
     with zipfile.ZipFile(archive, "w") as zf:
         for p in sorted(subs.rglob("*.ipynb")):
             zf.write(p, "export/" + str(p.relative_to(subs)))
-        zf.writestr("export/../../evil.ipynb", "{}")  # a path escaping the folder: ignored
+        zf.writestr("export/../../evil.ipynb", "{}")  # a path escaping the folder: a row, unread
     items, tmp = collect(archive)
     try:
-        assert sorted(it.student for it in items) == ["Ann Lee_4711_assignsubmission_file",
-                                                       "Ben Ode_4712_assignsubmission_file"]
-        assert all(it.path is not None and it.path.parent == tmp for it in items)
+        graded = [it for it in items if it.path is not None]
+        assert sorted(it.student for it in graded) == ["Ann Lee_4711_assignsubmission_file",
+                                                        "Ben Ode_4712_assignsubmission_file"]
+        assert all(it.path.parent == tmp for it in graded)
+        escaping = [it for it in items if it.path is None]
+        assert [(it.student, it.status) for it in escaping] == [
+            ("export/../../evil.ipynb", "unreadable-archive")]  # never extracted, never Ann's
+        assert not (tmp.parent / "evil.ipynb").exists()
     finally:
         import shutil
 

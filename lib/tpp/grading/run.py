@@ -416,12 +416,33 @@ def _session(
         _kill_adopted(adopted_before)
         if watch is not None and watch.hit:
             watch.settle()  # what the kernel wrote while it was being killed
+        _close_zmq(client, km)
         for p in shared.glob(f"*{token}*"):
             try:
                 p.unlink()
             except OSError:
                 pass
     return stop, event
+
+
+def _close_zmq(client: GraderClient, km: AsyncKernelManager) -> None:
+    """End the client's and the manager's ZeroMQ contexts. nbclient leaves them to the owner of
+    the kernel manager (the grader passes its own ``km``, so nbclient's cleanup is off), and an
+    unended context keeps its I/O thread's epoll and eventfds: ~28 descriptors per submission
+    until a long grading run (or test session) met ``EMFILE`` (Too many open files)."""
+    kc = getattr(client, "kc", None)
+    if kc is not None:
+        try:
+            kc.stop_channels()
+        except Exception:  # noqa: BLE001 - a broken kernel's channels must not fail the row
+            pass
+        client.kc = None
+    for ctx in (getattr(kc, "context", None), getattr(km, "context", None)):
+        if ctx is not None and not ctx.closed:
+            try:
+                ctx.destroy(linger=0)
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def _is_tmpfs(path: Path) -> bool:
