@@ -276,6 +276,10 @@ def _grade(
             result = "timeout"
             detail = BOUND_WORDS["message-too-large"].format(max_message_mb=limits.max_message_mb)
             timeouts.append(q.id)
+        elif any(outcome.cells[i].ename == "budget" for i in idx):
+            result = "timeout"  # its wait was the rest of the budget, not the per-cell timeout
+            detail = f"the submission's time budget of {limits.budget_s:g} s ran out in this cell"
+            timeouts.append(q.id)
         elif any(s == "timeout" for s in statuses.values()):
             result, detail = "timeout", f"a cell exceeded {limits.timeout:g} s"
             timeouts.append(q.id)

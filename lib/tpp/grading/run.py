@@ -363,7 +363,11 @@ def _session(
                     pids = _descendants(kernel)
                     break
                 except CellTimeoutError:
-                    outcomes[i] = CellOutcome("timeout", "message-too-large" if dropped() else "")
+                    # the cell's wait was what was left of the budget (shorter than --timeout)
+                    short = client.timeout < limits.timeout
+                    outcomes[i] = CellOutcome(
+                        "timeout", "message-too-large" if dropped() else ("budget" if short else "")
+                    )
                     if deadline - time.monotonic() <= 0.5:
                         event = budget
                         pids = _descendants(kernel)
