@@ -72,10 +72,8 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
             front = ctx.socket(zmq.DEALER)
             if ch in ("shell", "stdin"):
                 back.setsockopt(zmq.IDENTITY, ident)
-        for s in (back, front):
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.RCVHWM, 4)
-            s.setsockopt(zmq.SNDHWM, 4)
+        for s in (back, front):  # ZeroMQ's high-water marks (1000 messages): as without a
+            s.setsockopt(zmq.LINGER, 0)  # relay, a burst of honest output is not dropped
         mon = back.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
                                       | zmq.EVENT_CLOSED)  # fmt: skip
         monitors.append(mon)
@@ -92,15 +90,13 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
         if os.getppid() != ppid:
             return 0  # the grader is gone
         now = time.monotonic()
-        if any(now - t > JUDGE_S for t in pending.values()):
-            return REFUSED  # dropped, and no reconnection tried: libzmq refused a message
+        for mon in [m for m, t in pending.items() if now - t > JUDGE_S]:
+            _events(mon, pending, zmq)  # what came in meanwhile (a busy machine)
+            if mon in pending:
+                return REFUSED  # dropped, and no reconnection tried: libzmq refused a message
         for sock, _ in poller.poll(100 if pending else 1000):
             if sock in monitors:
-                event = int.from_bytes(sock.recv_multipart()[0][:2], "little")
-                if event == zmq.EVENT_DISCONNECTED:
-                    pending[sock] = time.monotonic()
-                else:  # the kernel's socket is gone (closed, or the kernel died): no message
-                    pending.pop(sock, None)
+                _events(sock, pending, zmq)
                 continue
             frames, total, over = [], 0, False
             while True:
@@ -124,6 +120,23 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
             except zmq.Again:
                 pass  # no peer yet, or the grader's queue is full: as a lost message
             del frames
+
+
+def _events(mon, pending: dict, zmq) -> None:  # pragma: no cover - in the relay process
+    """Read a monitor's events: a disconnection is pending until a reconnection is tried (the
+    kernel's socket is gone: closed, or the kernel died), which is not a message refused."""
+    import time
+
+    while True:
+        try:
+            frames = mon.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        event = int.from_bytes(frames[0][:2], "little")
+        if event == zmq.EVENT_DISCONNECTED:
+            pending[mon] = time.monotonic()
+        else:
+            pending.pop(mon, None)
 
 
 class Relay:
@@ -167,7 +180,8 @@ class Relay:
 
     def died(self) -> bool:
         """True if the relay ended on its own (its memory limit: a message it could not hold)."""
-        return self.proc.poll() is not None and not getattr(self, "_closed", False)
+        code = self.proc.poll()
+        return code is not None and code != 0 and not getattr(self, "_closed", False)
 
     def close(self) -> None:
         import shutil

@@ -359,11 +359,12 @@ def _session(
                     )
                 except DeadKernelError:
                     relay = getattr(km, "tpp_relay", None)
-                    if relay is not None and relay.died():  # a message it could not hold
+                    if (relay is not None and relay.died()  # a message it could not hold
+                            and _exit_reason(km) == "the kernel stopped answering"):
                         hits.append("message-too-large")
                         outcomes[i] = CellOutcome("timeout", "message-too-large")
-                        why = (f"the kernel sent a message over {limits.max_message_mb} MiB: "
-                               f"its relay reached its memory limit of {relay.limit_mb} MiB")
+                        why = (f"the kernel sent more than its relay could hold ({relay.limit_mb}"
+                               f" MiB): a message over {limits.max_message_mb} MiB, or many")
                         # the kernel is not at fault as a process: this question is over, the
                         # next ones get a new kernel (and relay), no retry of the same cell
                         event = ("tainted", why) if groups[i] is not None else ("died", why)
