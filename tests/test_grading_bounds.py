@@ -342,7 +342,7 @@ def test_one_message_of_300_frames_never_reaches_the_grader_process(demo, bwrap)
 
     import psutil
 
-    limits = Limits(timeout=15, max_message_mb=4)
+    limits = Limits(timeout=15, max_message_mb=4, relay=True)
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     path = _write(demo, "one", dict(CORRECT, **{"a-q1": ONE_MESSAGE + CORRECT["a-q1"]}))
     me = psutil.Process()

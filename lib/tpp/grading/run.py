@@ -430,11 +430,14 @@ def _session(
             group.close()
         _kill_tree(pids)
         _kill_group(pgid, kernel)
-        _kill_adopted(adopted_before)
+        relay = getattr(km, "tpp_relay", None)
+        keep = set(adopted_before)  # the relay ends after the client's channels (below)
+        if relay is not None:
+            keep |= {key for key in _children() if key[0] == relay.proc.pid}
+        _kill_adopted(keep)
         if watch is not None and watch.hit:
             watch.settle()  # what the kernel wrote while it was being killed
         _close_zmq(client, km)
-        relay = getattr(km, "tpp_relay", None)
         if relay is not None:
             relay.close()
         for p in shared.glob(f"*{token}*"):
