@@ -12,9 +12,10 @@ jupyter_client names an ``ipc`` endpoint ``ip + "-" + port``).
 
 The relay runs under its own ``RLIMIT_AS`` (:func:`address_space_mb`: a base plus a few times
 the cap), set before it imports ZeroMQ. It forwards each message frame by frame: shell, control,
-stdin and heartbeat as DEALER to the kernel and DEALER to the grader (identities and envelopes
-pass through as frames; shell and stdin share one identity, as jupyter_client's do, so that
-``input_request`` finds its way), IOPub as SUB (all topics) to the kernel and PUB to the grader.
+stdin and heartbeat as DEALER to the kernel and ROUTER to the grader (the grader socket's
+identity travels as one more envelope frame, so a reply goes back to its asker only; shell and
+stdin share one identity, as jupyter_client's do, so that ``input_request`` finds its way),
+IOPub as SUB (all topics) to the kernel and PUB to the grader.
 A kernel message whose frames together pass the cap is released frame by frame, never sent on,
 and reported to the grader with one byte ``D`` on the relay's stdout (:meth:`Relay.dropped`).
 If libzmq inside the relay cannot hold a message within the relay's limit, the relay dies: the
@@ -69,7 +70,8 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
             front = ctx.socket(zmq.PUB)
         else:
             back = ctx.socket(zmq.DEALER)
-            front = ctx.socket(zmq.DEALER)
+            front = ctx.socket(zmq.ROUTER)  # the asker's identity travels as a frame, and
+            # the kernel's reply (its envelope) is routed back to that asker only
             if ch in ("shell", "stdin"):
                 back.setsockopt(zmq.IDENTITY, ident)
         for s in (back, front):  # ZeroMQ's high-water marks (1000 messages): as without a
