@@ -34,7 +34,7 @@ import sys
 CHANNELS = ("shell", "control", "stdin", "hb", "iopub")
 BASE_AS_MB = 256  # python + pyzmq + libzmq's I/O thread: ~100 MiB of address space, measured
 READY = b"R"
-_MANAGER: type | None = None
+_MANAGERS: dict[type, type] = {}
 DROP = b"D"
 REFUSED = 3  # the relay's exit code when libzmq dropped a kernel connection it could not hold
 JUDGE_S = 0.5  # after a disconnection, how long a reconnection attempt is waited for
@@ -198,15 +198,16 @@ class Relay:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def relay_manager_class() -> type:
-    """The class :class:`RelayKernelManager` (built on first use: the relay script itself must
-    not import jupyter_client)."""
-    global _MANAGER
-    if _MANAGER is not None:
-        return _MANAGER
-    from jupyter_client.manager import AsyncKernelManager
+def relay_manager_class(base: type | None = None) -> type:
+    """The class :class:`RelayKernelManager`, a subclass of ``base`` (jupyter_client's
+    ``AsyncKernelManager`` by default), built on first use: the relay script itself must not
+    import jupyter_client."""
+    if base is None:
+        from jupyter_client.manager import AsyncKernelManager as base
+    if base in _MANAGERS:
+        return _MANAGERS[base]
 
-    class RelayKernelManager(AsyncKernelManager):
+    class RelayKernelManager(base):  # type: ignore[valid-type,misc]
         """An ``AsyncKernelManager`` whose clients talk to the kernel through a :class:`Relay`
         (started right after the kernel), and whose kernel counts as dead once its relay is."""
 
@@ -216,7 +217,7 @@ def relay_manager_class() -> type:
         async def start_kernel(self, **kw):  # type: ignore[override]
             import tempfile
 
-            await AsyncKernelManager._async_start_kernel(self, **kw)
+            await super()._async_start_kernel(**kw)
             ports = {ch: getattr(self, f"{ch}_port") for ch in CHANNELS}
             folder = tempfile.mkdtemp(prefix="tpp-ipc-")
             self.tpp_relay = Relay(self.ip, ports, self.tpp_max_message_mb, folder)
@@ -230,11 +231,11 @@ def relay_manager_class() -> type:
         async def _async_is_alive(self) -> bool:  # the client's is_alive asks this one
             if self.tpp_relay is not None and not self.tpp_relay.alive():
                 return False
-            return await AsyncKernelManager._async_is_alive(self)
+            return await super()._async_is_alive()
 
         is_alive = _async_is_alive  # type: ignore[assignment]
 
-    _MANAGER = RelayKernelManager
+    _MANAGERS[base] = RelayKernelManager
     return RelayKernelManager
 
 

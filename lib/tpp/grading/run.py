@@ -265,7 +265,7 @@ def _session(
     # Unix sockets live there, where only this kernel (sandboxed) and the grader can reach them.
     shared = workdir.parent
     token = os.urandom(6).hex()
-    manager = relay_manager_class() if limits.relay else AsyncKernelManager
+    manager = relay_manager_class(AsyncKernelManager) if limits.relay else AsyncKernelManager
     km = manager(
         kernel_name=KERNEL_NAME,
         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernelspec_dir(limits))]),
