@@ -319,3 +319,51 @@ def test_grading_many_submissions_does_not_run_out_of_file_descriptors(demo, bwr
         assert row["total"] == row["max"], row
         counts.append(len(os.listdir("/proc/self/fd")))
     assert counts[-1] - counts[0] <= 6, counts  # the old code: +28 per submission
+
+
+ONE_MESSAGE = (
+    "k = get_ipython().kernel\n"
+    "frame = b'z' * 2**20  # one 1 MiB buffer sent 300 times: the kernel holds 1 MiB of it\n"
+    "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': ''},\n"
+    "               parent=k.get_parent(), buffers=[frame] * 300)\n"
+)
+
+
+@pytest.mark.slow
+def test_one_message_of_300_frames_never_reaches_the_grader_process(demo, bwrap):
+    """Before: libzmq makes a multipart message readable only once its last frame arrived, so
+    ONE validly signed IOPub message of 300 frames of 1 MiB (each under the 4 MiB frame cap)
+    was held whole in the grader's own process (~300 MiB of RSS; unbounded in the frame
+    count). Now the kernel's sockets are read by a relay process with its own memory limit
+    (``tpp.grading.relay``): the relay dies holding it, the grader's RSS (sampled with psutil,
+    the grader process only) grows far less than the message, the row says
+    ``message-too-large`` and the other answers count."""
+    import threading
+
+    import psutil
+
+    limits = Limits(timeout=15, max_message_mb=4, relay=True)
+    ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
+    path = _write(demo, "one", dict(CORRECT, **{"a-q1": ONE_MESSAGE + CORRECT["a-q1"]}))
+    me = psutil.Process()
+    base = me.memory_info().rss
+    peak, done = [base], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        row = grade_submission(path, demo["master"], ref, limits)
+    finally:
+        done.set()
+        sampler.join()
+    growth = peak[0] - base
+    print(f"sent one message of 300 MiB; grader RSS growth {growth / 2**20:.0f} MiB")
+    assert growth < 150 * 2**20, growth / 2**20  # the old code: ~300 MiB
+    assert row["status"] == "message-too-large" and "over 4 MiB" in row["reason"], row
+    assert row["questions"]["q1"]["result"] in ("timeout", "kernel-died"), row
+    assert row["questions"]["q2"]["result"] == "correct", row
+    assert row["questions"]["q3"]["result"] == "correct", row

@@ -143,9 +143,9 @@ class CappedChannel(AsyncZMQSocketChannel):
     held. Such a message is counted in :attr:`dropped` (:meth:`FastStartClient.dropped`) and
     :meth:`get_msg` goes on waiting for the next one, within the same timeout.
 
-    What this does not bound: libzmq makes a multipart message readable only once its last
-    frame has arrived, and queues up to ``RCVHWM`` whole messages while the grader is not
-    reading (see the instructors' page, "Bounds", for the measured figures).
+    What this alone does not bound: libzmq makes a multipart message readable only once its
+    last frame has arrived, so the process reading the kernel's sockets holds it whole; that
+    process is a relay with its own memory limit (:mod:`tpp.grading.relay`), not the grader.
     """
 
     dropped = 0

@@ -30,3 +30,4 @@ class Limits:
     max_notebook_mb: float = 10.0  # largest submission file read
     max_cells: int = 2_000  # most cells a submission may have
     max_source_chars: int = 200_000  # longest cell source of a submission
+    relay: bool = True  # each kernel's sockets read by a relay process (tpp.grading.relay)

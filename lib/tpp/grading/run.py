@@ -55,6 +55,7 @@ from tpp.grading.reaper import (
     _kill_group,
     _kill_tree,
 )
+from tpp.grading.relay import relay_manager_class
 
 PROBE_TIMEOUT = 5
 _LOG = logging.getLogger("tpp.grading.nbclient")
@@ -264,7 +265,8 @@ def _session(
     # Unix sockets live there, where only this kernel (sandboxed) and the grader can reach them.
     shared = workdir.parent
     token = os.urandom(6).hex()
-    km = AsyncKernelManager(
+    manager = relay_manager_class(AsyncKernelManager) if limits.relay else AsyncKernelManager
+    km = manager(
         kernel_name=KERNEL_NAME,
         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernelspec_dir(limits))]),
         transport="ipc",  # Unix sockets: no TCP port, nothing on the network
@@ -273,6 +275,7 @@ def _session(
         client_class="tpp.grading.kernelspec.FastStartClient",  # no fixed 0.2 s at start-up
     )
     km.tpp_sandboxed = limits.sandbox  # type: ignore[attr-defined]
+    km.tpp_max_message_mb = limits.max_message_mb  # type: ignore[attr-defined]
     client = GraderClient(
         nb,
         limits.output_bytes,
@@ -292,6 +295,8 @@ def _session(
         """True if ZeroMQ dropped a kernel message over the cap since the last call."""
         kc = client.kc
         count = kc.dropped() if hasattr(kc, "dropped") else 0
+        relay = getattr(km, "tpp_relay", None)
+        count += relay.dropped() if relay is not None else 0
         new = count > drops_seen.get(id(kc), 0)
         drops_seen[id(kc)] = count
         if new:
@@ -353,6 +358,18 @@ def _session(
                         nb.cells[i], i, store_history=not nb.cells[i].metadata.get("private")
                     )
                 except DeadKernelError:
+                    relay = getattr(km, "tpp_relay", None)
+                    if (relay is not None and relay.died()  # a message it could not hold
+                            and _exit_reason(km) == "the kernel stopped answering"):
+                        hits.append("message-too-large")
+                        outcomes[i] = CellOutcome("timeout", "message-too-large")
+                        why = (f"the kernel sent more than its relay could hold ({relay.limit_mb}"
+                               f" MiB): a message over {limits.max_message_mb} MiB, or many")
+                        # the kernel is not at fault as a process: this question is over, the
+                        # next ones get a new kernel (and relay), no retry of the same cell
+                        event = ("tainted", why) if groups[i] is not None else ("died", why)
+                        pids = _descendants(kernel)
+                        break
                     outcomes[i] = CellOutcome("died")
                     event = ("died", _exit_reason(km))
                     break
@@ -417,10 +434,16 @@ def _session(
             group.close()
         _kill_tree(pids)
         _kill_group(pgid, kernel)
-        _kill_adopted(adopted_before)
+        relay = getattr(km, "tpp_relay", None)
+        keep = set(adopted_before)  # the relay ends after the client's channels (below)
+        if relay is not None:
+            keep |= {key for key in _children() if key[0] == relay.proc.pid}
+        _kill_adopted(keep)
         if watch is not None and watch.hit:
             watch.settle()  # what the kernel wrote while it was being killed
         _close_zmq(client, km)
+        if relay is not None:
+            relay.close()
         for p in shared.glob(f"*{token}*"):
             try:
                 p.unlink()
