@@ -97,7 +97,7 @@ def _published_table(name: str, key: str) -> dict | None:
     """The table the book build wrote for this version of the library (its store
     ``_build/.tpp_explorers/<hash>``, see _ext/tpp_explorers.py: the very data the pages load),
     or ``None`` when there is none (no build, or the library changed since): then the test
-    computes the table itself. (The memory explorer's tables take seconds since planner.memory_table.)"""
+    computes the table itself (seconds: planner.memory_table)."""
     sys.path.insert(0, str(ROOT / "_ext"))
     import tpp_explorers
 
