@@ -4,6 +4,7 @@ one wall-clock budget per submission; a cap on kernel message size."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -127,6 +128,31 @@ MANY_FRAMES = (
 )
 
 
+@contextlib.contextmanager
+def _rss_growth():
+    """Sample this (the grader's) process's RSS every 2 ms while the block runs; yields a
+    function giving the peak growth in bytes over the RSS at entry."""
+    import threading
+
+    import psutil
+
+    me = psutil.Process()
+    base = me.memory_info().rss
+    peak, done = [base], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield lambda: peak[0] - base
+    finally:
+        done.set()
+        sampler.join()
+
+
 @pytest.mark.slow
 def test_a_message_of_many_frames_each_under_the_cap_is_dropped_as_a_whole(demo, bwrap):
     """Before: ``--max-message-mb`` capped each ZeroMQ frame, so one validly signed IOPub
@@ -137,36 +163,22 @@ def test_a_message_of_many_frames_each_under_the_cap_is_dropped_as_a_whole(demo,
     frames are libzmq's until copied). The grader's RSS (sampled with psutil) is printed, not
     asserted: libzmq itself queues whole messages while the grader is not reading, for as
     long as a busy machine makes that (the instructors' page gives that bound)."""
-    import threading
     import tracemalloc
-
-    import psutil
 
     messages = 8
     sent = messages * 40 * 2**20
-    limits = Limits(timeout=15, max_message_mb=4)
+    limits = Limits(timeout=15, max_message_mb=4, relay=False)  # the grader's own channels
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     cell = MANY_FRAMES.format(messages=messages) + CORRECT["a-q1"]
     path = _write(demo, "frames", dict(CORRECT, **{"a-q1": cell}))
-    me = psutil.Process()
-    base = me.memory_info().rss
-    peak, done = [base], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.002):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
     tracemalloc.start()
-    sampler.start()
     try:
-        row = grade_submission(path, demo["master"], ref, limits)
+        with _rss_growth() as growth_of:
+            row = grade_submission(path, demo["master"], ref, limits)
         heap_peak = tracemalloc.get_traced_memory()[1]
     finally:
-        done.set()
-        sampler.join()
         tracemalloc.stop()
-    growth = peak[0] - base
+    growth = growth_of()
     print(f"sent {sent / 2**20:.0f} MiB; grader RSS growth {growth / 2**20:.0f} MiB; "
           f"Python heap peak {heap_peak / 2**20:.1f} MiB")  # fmt: skip
     assert row["status"] == "message-too-large" and "over 4 MiB" in row["reason"], row
@@ -338,29 +350,12 @@ def test_one_message_of_300_frames_never_reaches_the_grader_process(demo, bwrap)
     (``tpp.grading.relay``): the relay dies holding it, the grader's RSS (sampled with psutil,
     the grader process only) grows far less than the message, the row says
     ``message-too-large`` and the other answers count."""
-    import threading
-
-    import psutil
-
     limits = Limits(timeout=15, max_message_mb=4, relay=True)
     ref = load_reference(demo["master"], Limits(timeout=15), demo["root"] / "cache")
     path = _write(demo, "one", dict(CORRECT, **{"a-q1": ONE_MESSAGE + CORRECT["a-q1"]}))
-    me = psutil.Process()
-    base = me.memory_info().rss
-    peak, done = [base], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.002):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with _rss_growth() as growth_of:
         row = grade_submission(path, demo["master"], ref, limits)
-    finally:
-        done.set()
-        sampler.join()
-    growth = peak[0] - base
+    growth = growth_of()
     print(f"sent one message of 300 MiB; grader RSS growth {growth / 2**20:.0f} MiB")
     assert growth < 150 * 2**20, growth / 2**20  # the old code: ~300 MiB
     assert row["status"] == "message-too-large" and "over 4 MiB" in row["reason"], row

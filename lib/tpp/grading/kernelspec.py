@@ -25,6 +25,7 @@ from traitlets import Type
 
 from tpp.grading import bounds, sandbox
 from tpp.grading.limits import Limits
+from tpp.grading.relay import CappedMessage
 
 KERNEL_NAME = "tpp-grader"
 _SPEC_DIRS: dict[tuple, Path] = {}
@@ -157,25 +158,18 @@ class CappedChannel(AsyncZMQSocketChannel):
 
     async def _recv(self, **kwargs: Any) -> dict[str, Any] | None:  # type: ignore[override]
         assert self.socket is not None
-        frames: list[Any] = []
-        total, over = 0, False
+        msg = CappedMessage(self.max_bytes)
         while True:
             frame = await self.socket.recv(copy=False, **kwargs)
             more = frame.more
-            if not over:
-                total += len(frame)
-                if total > self.max_bytes:
-                    over = True
-                    frames.clear()
-                else:
-                    frames.append(frame)
+            msg.add(frame)
             del frame
             if not more:
                 break
-        if over:
+        if msg.over:
             self.dropped += 1
             return None
-        _, smsg = self.session.feed_identities([f.bytes for f in frames])
+        _, smsg = self.session.feed_identities([f.bytes for f in msg.frames])
         return self.session.deserialize(smsg)
 
     async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:  # type: ignore[override]

@@ -40,6 +40,26 @@ REFUSED = 3  # the relay's exit code when libzmq dropped a kernel connection it 
 JUDGE_S = 0.5  # after a disconnection, how long a reconnection attempt is waited for
 
 
+class CappedMessage:
+    """The frames of one kernel message, counted as they arrive: once their total passes
+    ``cap`` bytes the frames held are released and later ones are never kept (``over``).
+    The one rule of the message cap, used by the relay and by the grader's own channels."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap, self.total, self.over = cap, 0, False
+        self.frames: list = []
+
+    def add(self, frame) -> None:  # noqa: ANN001 - a zmq.Frame (no zmq import here)
+        if self.over:
+            return
+        self.total += len(frame)
+        if self.total > self.cap:
+            self.over = True
+            self.frames.clear()
+        else:
+            self.frames.append(frame)
+
+
 def address_space_mb(max_message_mb: int) -> int:
     """The relay's ``RLIMIT_AS``: its base plus room for 3 messages at the cap (one being
     received by libzmq, one being read, one queued to the grader)."""
@@ -100,28 +120,22 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
             if sock in monitors:
                 _events(sock, pending, zmq)
                 continue
-            frames, total, over = [], 0, False
+            msg = CappedMessage(cap if sock in capped else float("inf"))
             while True:
                 frame = sock.recv(copy=False)
                 more = frame.more
-                if not over:
-                    total += len(frame)
-                    if sock in capped and total > cap:
-                        over = True
-                        frames.clear()
-                    else:
-                        frames.append(frame)
+                msg.add(frame)
                 del frame
                 if not more:
                     break
-            if over:
+            if msg.over:
                 out.write(DROP)
                 continue
             try:
-                pairs[sock].send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+                pairs[sock].send_multipart(msg.frames, copy=False, flags=zmq.NOBLOCK)
             except zmq.Again:
                 pass  # no peer yet, or the grader's queue is full: as a lost message
-            del frames
+            del msg
 
 
 def _events(mon, pending: dict, zmq) -> None:  # pragma: no cover - in the relay process
