@@ -271,6 +271,54 @@ def test_a_kernel_filling_a_shared_folder_on_the_host_disk_gets_a_disk_limit_row
     assert honest["status"] == "graded" and honest["total"] == honest["max"], honest
 
 
+WRITER = (  # the sandbox's last process: it outlives the kill for ~1.2 s, writing every 0.1 s
+    "import sys, time\n"
+    "for k in range(12):\n"
+    "    with open(f'{sys.argv[1]}/w{k}', 'wb') as fh:\n"
+    "        fh.write(b'x' * 2**20)\n"
+    "    time.sleep(0.1)\n"
+)
+SLOW_TO_DIE = (  # the sandbox: starts the writer, then waits to be killed
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]])\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_disk_watch_settles_only_after_the_killed_sandboxs_processes_have_ended(tmp_path):
+    """Before: ``settle`` stopped purging once two looks 50 ms apart agreed, and on a busy
+    machine a kernel still dying (the kill reaches it through ``--die-with-parent`` and the PID
+    namespace's teardown) wrote more after that: the next attempt on the folder started over
+    the limit and an honest question came back ``kernel-died`` (CI on c9d56a4, a full
+    ``make test`` on 7045b41). Here the sandbox's last process outlives the kill by ~1.2 s and
+    writes every 0.1 s; after ``settle`` the folder must stay empty."""
+    import subprocess
+    import sys
+
+    import psutil
+    import tpp.grading.bounds as bounds
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    sandbox = subprocess.Popen([sys.executable, "-c", SLOW_TO_DIE, WRITER, str(folder)])
+    watch = bounds.DiskWatch(folder, disk_mb=1)
+    watch.pid = sandbox.pid
+    try:
+        sandbox.wait(timeout=120)  # killed by the watchdog once the folder passes 1 MiB
+        assert watch.hit
+        victims = list(watch._victims)
+        watch.settle()
+    finally:
+        watch.close()
+    assert len(victims) == 2, victims  # the sandbox and its writer, seen at the kill
+    writer = victims[1]
+    try:
+        writer.wait(timeout=120)  # the writer has ended (settle waited for it)
+    except psutil.NoSuchProcess:
+        pass
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
 def test_the_instructors_page_documents_every_bound_and_status():
     """Each status a row can have, and each bound option of ``tpp grade``, has its line in
     the instructors' page (option, default, what happens when exceeded)."""

@@ -308,6 +308,40 @@ def join(env_value: str) -> None:
             fh.write(str(os.getpid()))
 
 
+def _process_tree(pid: int) -> list:
+    """``pid`` and its descendants (psutil processes; they remember their creation time, so a
+    recycled pid is never mistaken for one of them); [] if ``pid`` is gone."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _wait_ended(procs: list, wait_s: float, period_s: float = 0.02) -> bool:
+    """Wait until each of ``procs`` has exited (a zombie has: it cannot write), at most
+    ``wait_s`` seconds; True if they all did."""
+    import psutil
+
+    end = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for p in procs:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                pass
+        if not alive:
+            return True
+        if time.monotonic() > end:
+            return False
+        procs = alive
+        time.sleep(period_s)
+
+
 class DiskWatch:
     """Where the kernel's shared folder cannot be a ``tmpfs`` (the grader is not root), a
     thread that bounds it instead: every :attr:`PERIOD_S` it adds up the blocks the folder's
@@ -326,6 +360,7 @@ class DiskWatch:
         self.keep = set(keep)  # names the grader wrote (connection file): never deleted
         self.pid: int | None = None
         self.hit = False
+        self._victims: list = []  # the sandbox's processes when it was killed (psutil)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tpp-disk-watch", daemon=True)
         self._thread.start()
@@ -357,19 +392,23 @@ class DiskWatch:
             if size > self.limit or entries > self.MAX_ENTRIES:
                 self.hit = True
                 if self.pid is not None:
+                    self._victims += _process_tree(self.pid)
                     try:
                         os.kill(self.pid, signal.SIGKILL)
                     except OSError:
                         pass
                 self._purge()
 
-    def settle(self, wait_s: float = 5.0) -> None:
+    def settle(self, wait_s: float = 30.0) -> None:
         """After a hit and the sandbox's kill: delete what the dying kernel wrote after the
-        watchdog's own purge (its processes take a moment to end), until two looks
-        :attr:`PERIOD_S` apart find the folder unchanged, so the next attempt on this folder
-        does not start over the limit."""
-        import time
+        watchdog's own purge, so the next attempt on this folder does not start over the limit.
 
+        First wait until every process the sandbox held when it was killed has ended (at most
+        ``wait_s``; it returns as soon as they have): the kill reaches them through ``bwrap
+        --die-with-parent`` and the PID namespace's teardown, which on a busy machine takes
+        longer than any fixed pause, and a process still alive can still write. Then purge
+        until two looks :attr:`PERIOD_S` apart find the folder unchanged."""
+        _wait_ended(self._victims, wait_s)
         end, before = time.monotonic() + wait_s, None
         while True:
             self._purge()
