@@ -127,7 +127,9 @@ _L3T4 = ("Dubey et al. 2024 (arXiv:2407.21783), Table 4: 405B pre-training, H100
 #:   ``forward_backward_pipelining_with_interleaving`` in
 #:   ``megatron/core/pipeline_parallel/schedules.py`` @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
 #:   raises unless ``P <= N <= M`` and warms up ``2 (P - r - 1) + (v - 1) N`` chunks, so a larger
-#:   ``N`` holds *more* in flight: ``N = P`` is the least memory the paper's schedule can hold);
+#:   ``N`` holds *more* in flight: ``N = P`` is the least memory the paper's schedule can hold;
+#:   PyTorch 2.13's flexible ``ScheduleInterleaved1F1B`` ("flex_pp") takes ``N = P`` for
+#:   ``M = 32``, and its order holds the same chunks on rank 1: tests/test_planner_pytorch.py);
 #: * microbatch size 1 sequence; FlashAttention-2 kernels (the paper names no kernel); fp32
 #:   Adam moments and fp32 master weights; selective recomputation at 128K (the paper says
 #:   nothing of the 128K stage; with a flash kernel selective and none hold the same bytes in
