@@ -2,7 +2,7 @@
 
 All submissions are built in ``tmp_path`` from the demo master of :mod:`tpp.grading.example`
 (q1: 2 points, q2: 3 points with a hidden probe, q3: 1 point) and graded once per run, in three
-batches of two workers each (see :func:`_grade_batch`); each test then checks one row. Expected
+batches at once (see :func:`_grade_batch`); each test then checks one row. Expected
 points are derived by hand from which answers are right, not from running the grader.
 """
 
@@ -31,12 +31,12 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT = 15.0  # per cell; legit cells must finish on a loaded 2-core CI machine
 # The submissions that wait out their cell timeout (a loop: twice, its check and its hidden probe
-# both call it) are graded in a batch of their own with a shorter one, scaled by the machine's
-# load like the grader's start-up waits: their other cells are the demo's few lines (no import
-# but numpy's), and the rest of the batch never waits for a timeout, so it keeps TIMEOUT.
-SHORT_TIMEOUT = float(math.ceil(startup_wait(5)))
+# both call it, burning a core) are graded in a batch of their own with a shorter one, scaled by
+# the machine's load like the grader's start-up waits: their other cells are the demo's few lines
+# (no import but numpy's: ~0.2 s of CPU), and the rest never waits for a timeout: TIMEOUT.
+SHORT_TIMEOUT = float(math.ceil(startup_wait(3)))
 SHORT = ("loop", "stubborn_loop", "memory_filled")
-SHORT_MEMORY_MB = 768  # memory_filled fills the cap: a smaller one is filled sooner
+SHORT_MEMORY_MB = 512  # memory_filled fills the cap (twice: its retry): a small one is quick
 # Submissions that need what the kernel's guard and sandbox forbid (writing outside the kernel's
 # folder, starting processes): graded with both off, to test the grader's other defences (what
 # is left with --unsandboxed --no-guard). The sandbox's own attacks: test_grading_sandbox.py.
@@ -234,30 +234,35 @@ def _build(folder: Path, ex: dict, pid_file: Path) -> dict[str, object]:
 
 
 def _grade_batch(root: Path) -> None:
-    """The three batches at once, each in a process of its own (the grader's kernel clients
-    are not thread-safe) with two workers: the short one mostly waits for its timeouts, while
-    the others keep the cores busy."""
+    """The three batches at once: the short one (two workers: it mostly waits for its
+    timeouts) and the unguarded one (one worker, three submissions) each in a process of its
+    own (the grader's kernel clients are not thread-safe), the main one here, two workers."""
     master_path = write_demo_master(root / "solutions")
     ex = json.loads(exercise_text(parse_master(master_path)))
     _build(root / "subs", ex, root / "child.pid")
-    runs = [
-        ("subs", "results", GradeOptions(timeout=TIMEOUT, workers=2)),
-        ("subs_short", "results_short",
-         GradeOptions(timeout=SHORT_TIMEOUT, workers=2, memory_mb=SHORT_MEMORY_MB)),
-        ("subs_unguarded", "results_unguarded",
-         GradeOptions(timeout=TIMEOUT, workers=2, guard=False, sandbox=False)),
-    ]  # fmt: skip
+
+    def options(subs: str) -> dict[str, object]:
+        return {"solutions": root / "solutions", "assignment": "ex00_demo", "options": {
+            "subs": GradeOptions(timeout=TIMEOUT, workers=2),
+            "subs_short": GradeOptions(timeout=SHORT_TIMEOUT, workers=2,
+                                       memory_mb=SHORT_MEMORY_MB),
+            "subs_unguarded": GradeOptions(timeout=TIMEOUT, guard=False, sandbox=False),
+        }[subs]}  # fmt: skip
+
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=grade_folder, args=(root / subs, root / out),
-                         kwargs={"solutions": root / "solutions", "assignment": "ex00_demo",
-                                 "options": options})
-             for subs, out, options in runs]  # fmt: skip
-    for p in procs:
+    others = {subs: ctx.Process(target=grade_folder, args=(root / subs, root / out),
+                                kwargs=options(subs))
+              for subs, out in (("subs_short", "results_short"),
+                                ("subs_unguarded", "results_unguarded"))}  # fmt: skip
+    for p in others.values():
         p.start()
-    for p in procs:
-        p.join()
-    failed = [(run[0], p.exitcode) for run, p in zip(runs, procs, strict=True) if p.exitcode != 0]
-    assert not failed, f"grading these batches failed (folder, exit code): {failed}"
+    try:
+        grade_folder(root / "subs", root / "results", **options("subs"))
+    finally:
+        for p in others.values():
+            p.join()
+    failed = {subs: p.exitcode for subs, p in others.items() if p.exitcode != 0}
+    assert not failed, f"grading these batches failed (folder: exit code): {failed}"
     (root / "done").touch()
 
 
