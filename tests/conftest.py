@@ -94,13 +94,18 @@ def browser():
 # (``--dist loadgroup`` does not group with pytest 9.2 and pytest-xdist 3.8: xdist renames
 # ``item._nodeid``, which pytest 9.2 no longer reads, so its groups were silently ignored and
 # tests/test_distributed.py's World was started on both workers.)
-FIRST = ("tests/test_grading.py", "tests/test_grading_load.py", "tests/test_distributed.py",
-         "tests/test_grading_cgroups.py", "tests/test_grading_lms.py",
+FIRST = ("tests/test_grading.py", "tests/test_site_pages.py", "tests/test_grading_masters.py",
          "tests/test_grading_folder.py", "tests/test_grading_bounds.py",
-         "tests/test_grading_guard.py", "tests/test_grading_sandbox.py",
-         "tests/test_explorers.py", "tests/test_grading_masters.py")
-"""The costliest files, costliest first (the durations of a full run): a worker takes a file
-when it is free, so starting the long ones first lets the short ones fill the time around them."""
+         "tests/test_grading_lms.py", "tests/test_grading_sandbox.py",
+         "tests/test_grading_guard.py", "tests/test_grading_load.py",
+         "tests/test_grading_cgroups.py", "tests/test_distributed.py",
+         "tests/test_explorers.py", "tests/test_planner_pytorch.py",
+         "tests/test_grading_inputs.py", "tests/test_grading_params.py")
+"""The costliest files, costliest first (issue 22: each grading file timed alone on a loaded
+2-core machine, from ~80 s for the batch of tests/test_grading.py and ~70 s for the masters down
+to ~10 s; the site's pages from a full run's durations, dozens of ~2 s browser checks): a worker
+takes a file when it is free, so starting the long ones first lets the short ones fill the time
+around them."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def test_correct_submissions_on_a_saturated_machine_get_full_marks(tmp_path, bwr
     ex = json.loads(exercise_text(master))
     subs = tmp_path / "subs"
     subs.mkdir()
-    for k in range(3):
+    for k in range(2):  # one per worker: both grade under the load at once
         (subs / f"s{k}.ipynb").write_text(json.dumps(submission(ex, CORRECT)))
     burners = [_burner() for _ in range(2 * cpu_count())]
     try:
@@ -55,7 +56,7 @@ def test_correct_submissions_on_a_saturated_machine_get_full_marks(tmp_path, bwr
             b.kill()
         for b in burners:
             b.wait()
-    assert len(summary.rows) == 3
+    assert len(summary.rows) == 2
     for row in summary.rows:
         assert row["status"] in ("graded", "timeout"), row
         if row["status"] == "graded":
@@ -136,10 +137,12 @@ def test_a_master_whose_reference_run_times_out_once_is_run_again_not_an_abort(
     and the whole assignment was not graded. The master is trusted: a run that failed only
     for time is run again with a longer per-cell timeout (said in the summary); the students'
     timeout does not change. Here the first reference run's setup cell never ends (as a setup
-    cell slower than any timeout the machine's load allows); the second is the master as is."""
+    cell slower than any timeout the machine's load allows); the second is the master as is.
+    The slow cell is injected, so no burners are needed, and the timeout it waits out is a short
+    one scaled by the machine's load (the demo's other cells are a few lines each)."""
     from tpp.grading import reference
 
-    timeout = 30.0
+    timeout = float(math.ceil(startup_wait(4)))
     calls: list[float] = []
     real = reference.run_cells
 
@@ -158,9 +161,8 @@ def test_a_master_whose_reference_run_times_out_once_is_run_again_not_an_abort(
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "s0.ipynb").write_text(json.dumps(submission(ex, CORRECT)))
-    with _Burning():
-        summary = grade_folder(subs, tmp_path / "out", solutions=tmp_path / "solutions",
-                               options=GradeOptions(timeout=timeout, cache_dir=tmp_path / "c"))
+    summary = grade_folder(subs, tmp_path / "out", solutions=tmp_path / "solutions",
+                           options=GradeOptions(timeout=timeout, cache_dir=tmp_path / "c"))
     (row,) = summary.rows
     assert row["status"] in ("graded", "timeout"), row
     if row["status"] == "graded":
