@@ -79,14 +79,15 @@ def run_dependencies(
     and reported by :func:`~tpp.pipeline.structure.check_structure`'s precise diagnosis; a deadlock
     raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
     input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
-    timeline, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)
-    return timeline, cross
+    trace, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)
+    return trace.timeline(), cross
 
 
 def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     """:func:`run_dependencies` plus ``busy[r]``, the sum of ``end - start`` over rank r's
     operations in its order (what :func:`simulate` reports), accumulated in the same pass, and
-    ``free[r]``, the end of rank r's last operation.
+    ``free[r]``, the end of rank r's last operation. The timeline comes back as a
+    :class:`_Trace` (each operation's start, the order the ranks ran in), built on demand.
 
     One pass over the actions; every action is looked up by ``s * M + m`` in flat lists, and
     ``wait[j]`` holds the ranks blocked on event j (F of j < SM, input gradient of j - SM)."""
@@ -111,8 +112,8 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     zero = 0 * cf[0]
     free: list[Time] = [zero] * P
     busy: list[Time] = [0 * transfer] * P
-    timeline: list[tuple[int, Action, Time, Time]] = []
-    append = timeline.append
+    starts: list[list[Time]] = [[] for _ in range(P)]  # rank r's starts, in its row's order
+    runs: list[tuple[int, int, int]] = []  # (rank, first, end) of each stretch a rank ran
     cross = 0
     stack = list(range(P - 1, -1, -1))
     actions = schedule.actions
@@ -122,6 +123,19 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     last = S - 1
     overlap_t = Overlap
     has_overlap = [overlap_t in map(type, row) for row in actions]  # else no check per action
+    # where (s, m) sits in the flat lists, per rank: s * M when rank r runs stage s (of a
+    # microbatch before / from ``half``), else None (a misplaced action), and None for the
+    # stage S past the last (a stage beyond is an IndexError; a negative one is checked)
+    nothing = [None] * (S + 1)
+    base_home = [[s * M if home[s] == r else None for s in range(S)] + [None]
+                 for r in range(P)]
+    base_mirror = ([[s * M if mirror[s] == r else None for s in range(S)] + [None]
+                    for r in range(P)] if schedule.mirrored_from is not None
+                   else [nothing] * P)  # no mirror: m >= half = M is out of range
+    # whether the input of stage s's F (from s - 1) / of its backward (from s + 1) crosses
+    # ranks: home[s - 1] != home[s] (the same with the mirror, which maps r to P - 1 - r)
+    cross_in = [s > 0 and home[s - 1] != home[s] for s in range(S)]
+    cross_out = [s < last and home[s + 1] != home[s] for s in range(S)]
     try:
         while stack:
             r = stack.pop()
@@ -130,7 +144,10 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
             t0 = free[r]
             b = busy[r]
             ov = has_overlap[r]
-            for i in range(ptr[r], n):
+            lo = ptr[r]
+            append = starts[r].append
+            bh, bm = base_home[r], base_mirror[r]
+            for i in range(lo, n):
                 a = row[i]
                 if ov and type(a) is overlap_t:
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
@@ -139,17 +156,22 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         break
                     start, end, woken, n_cross = got
                     cross += n_cross
-                    append((r, a, start, end))
+                    append(start)
                     b = b + (end - start)
                     t0 = end
                     if woken:
                         stack.extend(woken)
                     continue
                 s, k, m = a
-                hm = home if m < half else mirror
-                if hm[s] != r or s < 0 or m < 0 or m >= M:
-                    raise _Malformed
-                idx = s * M + m
+                if m < half:
+                    idx = bh[s]
+                    if idx is None or m < 0 or s < 0:
+                        raise _Malformed
+                else:
+                    idx = bm[s]
+                    if idx is None or m >= M or s < 0:
+                        raise _Malformed
+                idx += m
                 start = t0
                 if k == "F":
                     if end_f[idx] is not None:
@@ -160,7 +182,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                             _block(wait, idx - M, r)
                             waiting_on[r] = (s - 1, "F", m)
                             break
-                        if hm[s - 1] != r:
+                        if cross_in[s]:
                             d = d + transfer
                             cross += 1
                         if d > start:
@@ -198,7 +220,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                             _block(wait, idx + M + SM, r)
                             waiting_on[r] = (s + 1, "X", m)
                             break
-                        if hm[s + 1] != r:
+                        if cross_out[s]:
                             d = d + transfer
                             cross += 1
                         if d > start:
@@ -212,13 +234,15 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     woken = wait[idx + SM]
                 else:
                     raise _Malformed
-                append((r, a, start, end))
+                append(start)
                 b = b + (end - start)
                 t0 = end
                 if woken:  # an event completes once: its list is never read again
                     stack.extend(woken)
             else:
                 i = n
+            if i > lo:
+                runs.append((r, lo, i))
             ptr[r] = i
             free[r] = t0
             busy[r] = b
@@ -232,7 +256,41 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     if stuck:
         check_structure(schedule)
         raise ValueError(describe_deadlock(schedule, stuck))
-    return timeline, cross, busy, free
+    trace = _Trace([row[:] for row in actions], starts, runs,
+                   {"F": cf, "B": cb, "I": ci, "W": cw}, overlap)
+    return trace, cross, busy, free
+
+
+class _Trace:
+    """What a simulation needs to list its timeline: each rank's actions (a copy of the rows)
+    and the start of each, the stretches ``(rank, first, end)`` of its row each rank ran, in
+    the order the simulator ran them, and the costs. The end of an operation is its start plus
+    its cost, the very sum the simulator computed (so every time is identical), and the
+    timeline is only built when it is read (:attr:`SimResult.timeline`): the makespan, busy
+    times and p2p counts a planner reads need none of its tuples."""
+
+    __slots__ = ("rows", "starts", "runs", "costs", "overlap")
+
+    def __init__(self, rows, starts, runs, costs, overlap):
+        self.rows, self.starts, self.runs = rows, starts, runs
+        self.costs, self.overlap = costs, overlap
+
+    def timeline(self) -> list[tuple[int, Action | Overlap, Time, Time]]:
+        """``(rank, action, start, end)`` of every operation in completion order."""
+        out: list[tuple[int, Action | Overlap, Time, Time]] = []
+        append = out.append
+        costs, overlap = self.costs, self.overlap
+        cf, cb = costs["F"], costs["B"]
+        for r, lo, hi in self.runs:
+            row, st = self.rows[r], self.starts[r]
+            for i in range(lo, hi):
+                a, t = row[i], st[i]
+                if type(a) is Overlap:
+                    (sf, _, _), (sb, _, _) = a
+                    append((r, a, t, t + (cf[sf] + cb[sb] if overlap is None else overlap)))
+                else:
+                    append((r, a, t, t + costs[a[1]][a[0]]))
+        return out
 
 
 def _waits_for(event: tuple[int, str, int] | str | None) -> str:
@@ -335,13 +393,22 @@ class SimResult(ActivationMemory):
     """
 
     schedule: Schedule
-    timeline: list[tuple[int, Action, Time, Time]]
+    trace: _Trace = field(repr=False, compare=False)
     makespan: Time
     busy: list[Time]
     p2p_messages: int
     p2p_bytes: int | float
     recompute: bool = False
     _inflight_cache: dict = field(default_factory=dict, repr=False)
+    _timeline: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def timeline(self) -> list[tuple[int, Action | Overlap, Time, Time]]:
+        """``(rank, action, start, end)`` of every operation, in the order they completed
+        (built from the trace on first reading, then kept)."""
+        if self._timeline is None:
+            self._timeline = self.trace.timeline()
+        return self._timeline
 
     @property
     def ranks(self) -> int:
@@ -411,11 +478,11 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross, busy, free = _run(schedule, t_f, t_b, t_w, transfer, overlap,
-                                           bool(recompute))
+        trace, cross, busy, free = _run(schedule, t_f, t_b, t_w, transfer, overlap,
+                                        bool(recompute))
     makespan: Time = 0 * transfer  # the last end: each rank's ends never decrease
     for t in free:
         if t > makespan:
             makespan = t
-    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
+    return SimResult(schedule, trace, makespan, busy, cross, cross * activation_bytes,
                      recompute=bool(recompute))
