@@ -107,8 +107,9 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     done_w = [False] * SM
     wait: list[list[int] | None] = [None] * (2 * SM)
     n_i = n_w = 0
-    waiting_on: dict[int, str] = {}
-    ptr = [0] * P
+    waiting_on: dict[int, str] = {}  # what an overlapped pair waits for (a plain action's
+    # missing input is found again from the final state, :func:`_plain_waits`)
+    ptr = [0] * P  # actions rank r has run: len(starts[r]), the index of its next one
     zero = 0 * cf[0]
     free: list[Time] = [zero] * P
     busy: list[Time] = [0 * transfer] * P
@@ -140,15 +141,16 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
         while stack:
             r = stack.pop()
             row = actions[r]
-            n = len(row)
             t0 = free[r]
             b = busy[r]
             ov = has_overlap[r]
             lo = ptr[r]
-            append = starts[r].append
+            done = starts[r]
+            append = done.append
             bh, bm = base_home[r], base_mirror[r]
-            for i in range(lo, n):
-                a = row[i]
+            it = iter(row)
+            it.__setstate__(lo)  # a list iterator resumes at index lo (islice would skip)
+            for a in it:
                 if ov and type(a) is overlap_t:
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
                                         end_x, transfer, cf, cb, overlap, wait, waiting_on)
@@ -179,8 +181,11 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if s:
                         d = end_f[idx - M]
                         if d is None:
-                            _block(wait, idx - M, r)
-                            waiting_on[r] = (s - 1, "F", m)
+                            w = wait[idx - M]  # r waits (woken in blocking order)
+                            if w is None:
+                                wait[idx - M] = [r]
+                            else:
+                                w.append(r)
                             break
                         if cross_in[s]:
                             d = d + transfer
@@ -195,8 +200,11 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         raise _Malformed
                     d = end_x[idx]
                     if d is None:
-                        _block(wait, idx + SM, r)
-                        waiting_on[r] = (s, "I", m)
+                        w = wait[idx + SM]  # r waits (woken in blocking order)
+                        if w is None:
+                            wait[idx + SM] = [r]
+                        else:
+                            w.append(r)
                         break
                     if d > start:
                         start = d
@@ -209,16 +217,22 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         raise _Malformed
                     d = end_f[idx]
                     if d is None:
-                        _block(wait, idx, r)
-                        waiting_on[r] = (s, "F", m)
+                        w = wait[idx]  # r waits (woken in blocking order)
+                        if w is None:
+                            wait[idx] = [r]
+                        else:
+                            w.append(r)
                         break
                     if d > start:
                         start = d
                     if s < last:
                         d = end_x[idx + M]
                         if d is None:
-                            _block(wait, idx + M + SM, r)
-                            waiting_on[r] = (s + 1, "X", m)
+                            w = wait[idx + M + SM]  # r waits (woken in blocking order)
+                            if w is None:
+                                wait[idx + M + SM] = [r]
+                            else:
+                                w.append(r)
                             break
                         if cross_out[s]:
                             d = d + transfer
@@ -239,8 +253,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                 t0 = end
                 if woken:  # an event completes once: its list is never read again
                     stack.extend(woken)
-            else:
-                i = n
+            i = len(done)
             if i > lo:
                 runs.append((r, lo, i))
             ptr[r] = i
@@ -251,7 +264,9 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
         raise ValueError(f"malformed schedule {schedule.name!r}: {exc!r}") from exc
     if None in end_f or None in end_x or n_i != n_w:
         check_structure(schedule)
-    stuck = {r: (actions[r][ptr[r]], _waits_for(waiting_on.get(r))) for r in range(P)
+    stuck = {r: (actions[r][ptr[r]], _waits_for(
+        waiting_on.get(r) if type(actions[r][ptr[r]]) is Overlap
+        else _plain_waits(actions[r][ptr[r]], M, end_f))) for r in range(P)
              if ptr[r] < len(actions[r])}
     if stuck:
         check_structure(schedule)
@@ -291,6 +306,18 @@ class _Trace:
                 else:
                     append((r, a, t, t + costs[a[1]][a[0]]))
         return out
+
+
+def _plain_waits(a: Action, M: int, end_f: list) -> tuple[int, str, int]:
+    """The event a stuck (plain) action waits for: the first of its inputs not done, in the
+    order :func:`_run` checks them (at a deadlock nothing more completes, so it is the one its
+    rank last blocked on). ``X``: the input gradient, B or I."""
+    s, k, m = a
+    if k == "F":
+        return (s - 1, "F", m)
+    if k == "W":
+        return (s, "I", m)
+    return (s, "F", m) if end_f[s * M + m] is None else (s + 1, "X", m)
 
 
 def _waits_for(event: tuple[int, str, int] | str | None) -> str:
