@@ -41,37 +41,38 @@ def zbv(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     _check_v("zbv", ranks, microbatches, virtual)
     P, M = ranks, microbatches
     n = max(2 * P - 1, M)
+    A = Action  # built as _new(A, (stage, kind, m)): no Python-level __new__ call per action
     rows: list[list[Step]] = []
     for r in range(P):
         c0, c1 = r, 2 * P - 1 - r
         f0 = f1 = b0 = b1 = 0
         ops: list[Action] = []
         for _ in range(2 * (P - r) - 1):
-            ops.append(Action(c0, "F", f0))
+            ops.append(_new(A, (c0, "F", f0)))
             f0 += 1
         for _ in range(r):
-            ops += [Action(c1, "F", f1), Action(c0, "F", f0)]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c0, "F", f0))]
             f1, f0 = f1 + 1, f0 + 1
         for _ in range(P - r):
-            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c1, "I", b1)), _new(A, (c1, "W", b1))]
             f1, b1 = f1 + 1, b1 + 1
         while f1 < f0 or f0 < n:
             if f0 < n:
-                ops.append(Action(c0, "F", f0))
+                ops.append(_new(A, (c0, "F", f0)))
                 f0 += 1
-            ops += [Action(c0, "I", b0), Action(c0, "W", b0)]
-            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c0, "W", b0))]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c1, "I", b1)), _new(A, (c1, "W", b1))]
             b0, f1, b1 = b0 + 1, f1 + 1, b1 + 1
         w0, w1 = b0, b1
         for _ in range(r):
-            ops += [Action(c0, "I", b0), Action(c1, "I", b1)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c1, "I", b1))]
             b0, b1 = b0 + 1, b1 + 1
         for _ in range(P - r):
-            ops += [Action(c0, "I", b0), Action(c0, "W", w0)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c0, "W", w0))]
             b0, w0 = b0 + 1, w0 + 1
-        ops += [Action(c1, "W", m) for m in range(w1, b1)]
-        ops += [Action(c0, "W", m) for m in range(w0, b0)]
-        rows.append([a for a in ops if a.microbatch < M])
+        ops += [_new(A, (c1, "W", m)) for m in range(w1, b1)]
+        ops += [_new(A, (c0, "W", m)) for m in range(w0, b0)]
+        rows.append(ops if n == M else [a for a in ops if a.microbatch < M])
     return Schedule("zbv", P, M, 2, rows, stage_ranks=v_stage_ranks(P))
 
 
