@@ -114,8 +114,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     free: list[Time] = [zero] * P
     busy: list[Time] = [0 * transfer] * P
     starts: list[list[Time]] = [[] for _ in range(P)]  # rank r's starts, in its row's order
-    runs: list[tuple[int, int, int]] = []  # (rank, first, end) of each stretch a rank ran
-    cross = 0
+    runs: list[int] = []  # rank, first, end of each stretch a rank ran, flat
     stack = list(range(P - 1, -1, -1))
     actions = schedule.actions
     home, mirror = schedule.homes()
@@ -156,8 +155,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                                         end_x, transfer, cf, cb, overlap, wait, waiting_on)
                     if got is None:
                         break
-                    start, end, woken, n_cross = got
-                    cross += n_cross
+                    start, end, woken = got
                     append(start)
                     b = b + (end - start)
                     t0 = end
@@ -189,7 +187,6 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                             break
                         if cross_in[s]:
                             d = d + transfer
-                            cross += 1
                         if d > start:
                             start = d
                     end = start + cf[s]
@@ -236,7 +233,6 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                             break
                         if cross_out[s]:
                             d = d + transfer
-                            cross += 1
                         if d > start:
                             start = d
                     if k == "I":
@@ -255,7 +251,7 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     stack.extend(woken)
             i = len(done)
             if i > lo:
-                runs.append((r, lo, i))
+                runs += (r, lo, i)
             ptr[r] = i
             free[r] = t0
             busy[r] = b
@@ -273,12 +269,15 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
         raise ValueError(describe_deadlock(schedule, stuck))
     trace = _Trace([row[:] for row in actions], starts, runs,
                    {"F": cf, "B": cb, "I": ci, "W": cw}, overlap)
+    # every F of a stage s > 0 and every input gradient of a stage s < last ran once, each
+    # over one cross-rank edge when cross_in[s] / cross_out[s] (for all M microbatches)
+    cross = M * (sum(cross_in) + sum(cross_out))
     return trace, cross, busy, free
 
 
 class _Trace:
     """What a simulation needs to list its timeline: each rank's actions (a copy of the rows)
-    and the start of each, the stretches ``(rank, first, end)`` of its row each rank ran, in
+    and the start of each, the stretches (rank, first, end; flat) of its row each rank ran, in
     the order the simulator ran them, and the costs. The end of an operation is its start plus
     its cost, the very sum the simulator computed (so every time is identical), and the
     timeline is only built when it is read (:attr:`SimResult.timeline`): the makespan, busy
@@ -296,7 +295,9 @@ class _Trace:
         append = out.append
         costs, overlap = self.costs, self.overlap
         cf, cb = costs["F"], costs["B"]
-        for r, lo, hi in self.runs:
+        runs = self.runs
+        for j in range(0, len(runs), 3):
+            r, lo, hi = runs[j:j + 3]
             row, st = self.rows[r], self.starts[r]
             for i in range(lo, hi):
                 a, t = row[i], st[i]
@@ -348,7 +349,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
                   overlap, wait, waiting_on):
     """One overlapped F&B pair: it starts when the rank is free and both halves' inputs have
     arrived, and both halves end together after ``overlap`` (default: F's time + B's time).
-    Returns ``(start, end, woken ranks, cross-rank edges)`` or ``None`` if it must wait."""
+    Returns ``(start, end, woken ranks)`` or ``None`` if it must wait."""
     (sf, kf, mf), (sb, kb, mb) = a
     if kf != "F" or kb != "B" or not (0 <= mf < M and 0 <= mb < M):
         raise _Malformed
@@ -359,7 +360,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     fi, bi = sf * M + mf, sb * M + mb
     if end_f[fi] is not None or end_x[bi] is not None:
         raise _Malformed
-    start, cross = t0, 0
+    start = t0
     if sf:
         d = end_f[fi - M]
         if d is None:
@@ -367,7 +368,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             waiting_on[r] = f"{sf - 1}F{mf}"
             return None
         if hf[sf - 1] != r:
-            d, cross = d + transfer, cross + 1
+            d = d + transfer
         if d > start:
             start = d
     d = end_f[bi]
@@ -384,7 +385,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             waiting_on[r] = f"the input gradient of stage {sb + 1} ({sb + 1}B{mb})"
             return None
         if hb[sb + 1] != r:
-            d, cross = d + transfer, cross + 1
+            d = d + transfer
         if d > start:
             start = d
     end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
@@ -394,7 +395,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     wait[fi] = wait[bi + SM] = None
     if other:
         woken = other if woken is None else woken + other
-    return start, end, woken, cross
+    return start, end, woken
 
 
 @dataclass
