@@ -438,6 +438,21 @@ class SimResult(ActivationMemory):
             self._timeline = self.trace.timeline()
         return self._timeline
 
+    def _fields(self) -> tuple:  # what equality and the repr show, the timeline included
+        return (("schedule", self.schedule), ("timeline", self.timeline),
+                ("makespan", self.makespan), ("busy", self.busy),
+                ("p2p_messages", self.p2p_messages), ("p2p_bytes", self.p2p_bytes),
+                ("recompute", self.recompute))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self._fields(), self._inflight_cache) == (other._fields(),
+                                                          other._inflight_cache)
+
+    def __repr__(self) -> str:
+        return "SimResult(" + ", ".join(f"{k}={v!r}" for k, v in self._fields()) + ")"
+
     @property
     def ranks(self) -> int:
         return self.schedule.ranks
