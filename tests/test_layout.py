@@ -187,17 +187,8 @@ def test_no_import_cycle_inside_tpp():
                            + ": move the shared code to a module both can import")
 
 
-DEFERRED_CYCLES_ALLOWED_IN = ("tpp.grading",)
-"""Packages whose deferred-import cycles are another issue's (issue 22 lists grading's
-kernelspec <-> run; the grader's branch owns lib/tpp/grading): remove when they are gone."""
-
-
 def test_no_import_cycle_even_through_deferred_imports():
-    graph = {m: {d for d in deps
-                 if not any(m.startswith(p + ".") and d.startswith(p + ".")
-                            for p in DEFERRED_CYCLES_ALLOWED_IN)}
-             for m, deps in import_graph(deferred=True).items()}
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph(deferred=True))
     assert cycle is None, ("import cycle through a deferred import: " + " -> ".join(cycle or [])
                            + ": move the shared code to a module both can import")
 

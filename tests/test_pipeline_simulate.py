@@ -236,3 +236,20 @@ def test_plots_draw(tmp_path):
     assert "activations held" in ax2.get_ylabel()
     ax2.figure.savefig(tmp_path / "m.png")
     plt.close("all")
+
+
+def test_timeline_is_the_run_even_when_read_after_the_schedule_changed():
+    """The timeline is listed when first read (from each operation's start and cost): it is the
+    run's, in completion order, even if the schedule's rows were edited after simulating."""
+    s = pp.schedule("1f1b", 3, 4)
+    r = pp.simulate(s, t_f=1, t_b=2, p2p_latency=Fr(1, 2))
+    want = pp.simulate(pp.schedule("1f1b", 3, 4), t_f=1, t_b=2, p2p_latency=Fr(1, 2)).timeline
+    s.actions[0].reverse()
+    s.actions[1].clear()
+    got = r.timeline
+    assert got == want and got is r.timeline
+    assert [e for _, _, _, e in got] == [st + (1 if a.kind == "F" else 2)
+                                         for _, a, st, _ in got]
+    assert sorted(str(a) for _, a, _, _ in got) == sorted(
+        str(a) for row in pp.schedule("1f1b", 3, 4).actions for a in row)
+    assert r.makespan == max(e for _, _, _, e in got)

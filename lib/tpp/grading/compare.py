@@ -333,6 +333,20 @@ _OWN_WHY = (
     "array too large", "a symbolic expression, not a number: evaluate it", "answers too large",
 )  # fmt: skip
 _DTYPE_WHY = re.compile(r"numpy dtype [A-Za-z0-9<>|]{1,16} is not bool, int or float")
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def safe_type(name: str) -> str:
+    """A short exception or type name fit for feedback: a built-in one as it is, anything
+    else (student-controlled: a class's ``__qualname__`` may carry any text) as "an error"."""
+    import builtins
+
+    name = str(name)
+    if _TYPE_NAME.fullmatch(name) and isinstance(getattr(builtins, name, None), type):
+        return name
+    if name in ("CheckFailed", "GuardError", "UnpicklingError", "LinAlgError"):
+        return name
+    return "an exception of the submission's own class"
 
 
 def safe_why(why: str) -> str:
@@ -340,8 +354,6 @@ def safe_why(why: str) -> str:
     from the student's kernel (an exception message, a class's ``__qualname__`` can carry any
     text, e.g. a hidden cell's source captured by an audit hook), so only the serialiser's
     fixed messages and a built-in exception type name pass."""
-    from tpp.grading.rows import safe_type
-
     kind, _, msg = str(why).partition(": ")
     plain = "is not a plain value (int, float, str, bool, list, dict, Fraction, numpy array)"
     if (msg in _OWN_WHY or _DTYPE_WHY.fullmatch(msg)

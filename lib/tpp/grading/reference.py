@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpp.grading import bounds
-from tpp.grading.compare import SchemaError, load_record
+from tpp.grading.compare import SchemaError, load_record, safe_type
 from tpp.grading.limits import Limits
 from tpp.grading.notebook import Master, MasterError
 from tpp.grading.run import RunOutcome, run_cells
@@ -129,8 +129,6 @@ def run_rebuilt(
             )
             cell = outcome.cells[idx]
             if cell.status != "ok":
-                from tpp.grading.rows import safe_type
-
                 why = f"{cell.status}: {safe_type(cell.ename)}" if cell.ename else cell.status
                 records[q.id] = f"answers not recorded ({why})"
                 continue

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpp.grading.compare import _describe, equal
+from tpp.grading.compare import _describe, equal, safe_type
 from tpp.grading.notebook import Master
 from tpp.grading.submission import (
     Rejected,
@@ -39,20 +39,6 @@ WORDING = {
     "not-run": "not run: an earlier failure stopped the notebook",
 }
 DETAIL_CHARS = 300
-_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
-
-
-def safe_type(name: str) -> str:
-    """A short exception or type name fit for feedback: a built-in one as it is, anything
-    else (student-controlled: a class's ``__qualname__`` may carry any text) as "an error"."""
-    import builtins
-
-    name = str(name)
-    if _TYPE_NAME.fullmatch(name) and isinstance(getattr(builtins, name, None), type):
-        return name
-    if name in ("CheckFailed", "GuardError", "UnpicklingError", "LinAlgError"):
-        return name
-    return "an exception of the submission's own class"
 
 
 def clip(text: str, limit: int = DETAIL_CHARS) -> str:

@@ -34,7 +34,7 @@ from operator import add
 
 from tpp.pipeline.dualpipe import dualpipe
 from tpp.pipeline.ir import Action, Schedule, no_gc
-from tpp.pipeline.looped import _actions, _interleave, looped_bfs, zb1p
+from tpp.pipeline.looped import _actions, _interleave, _run_of, looped_bfs, zb1p
 from tpp.pipeline.rules import SCHEDULES, check_common
 from tpp.pipeline.v_shapes import dualpipev, zb_h2, zbv
 
@@ -53,11 +53,8 @@ def naive(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
 def gpipe(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
     """GPipe (Huang et al. 2019): all forwards 0..M-1, then all backwards 0..M-1, on every rank."""
     _check_common("gpipe", ranks, microbatches, virtual)
-    actions = [
-        [Action(r, "F", m) for m in range(microbatches)]
-        + [Action(r, "B", m) for m in range(microbatches)]
-        for r in range(ranks)
-    ]
+    mbs = range(microbatches)
+    actions = [_run_of(r, "F", mbs) + _run_of(r, "B", mbs) for r in range(ranks)]
     return Schedule("gpipe", ranks, microbatches, 1, actions)
 
 
@@ -70,14 +67,11 @@ def one_f_one_b(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:
 
 def _one_f_one_b_rows(P: int, M: int) -> list[list[Action]]:
     rows = []
+    mbs = range(M)
     for r in range(P):
         warm = min(P - r - 1, M)
-        row = [Action(r, "F", m) for m in range(warm)]
-        for k in range(M - warm):
-            row.append(Action(r, "F", warm + k))
-            row.append(Action(r, "B", k))
-        row.extend(Action(r, "B", m) for m in range(M - warm, M))
-        rows.append(row)
+        fwd, bwd = _run_of(r, "F", mbs), _run_of(r, "B", mbs)
+        rows.append(fwd[:warm] + _interleave(fwd[warm:], bwd[:M - warm]) + bwd[M - warm:])
     return rows
 
 

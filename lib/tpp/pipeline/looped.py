@@ -80,6 +80,13 @@ def _actions(stages: list[int], kind: str, microbatches: list[int]) -> list[Acti
     return list(map(_new_tuple, repeat(Action), zip(stages, repeat(kind), microbatches)))
 
 
+def _run_of(stage: int, kind: str, microbatches: range) -> list[Action]:
+    """``[Action(stage, kind, m) for m in microbatches]``, built without a Python call per
+    action."""
+    return list(map(_new_tuple, repeat(Action),
+                    zip(repeat(stage), repeat(kind), microbatches)))
+
+
 def _interleave(*seqs: list[Action]) -> list[Action]:
     """``a0, b0, c0, a1, b1, c1, ...`` from equally long lists."""
     out: list[Action] = [None] * sum(map(len, seqs))  # type: ignore[list-item]
@@ -117,9 +124,13 @@ def looped_bfs(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     check_common("looped-bfs", ranks, microbatches, virtual)
     P, M, v = ranks, microbatches, virtual
     rows = []
+    mbs, back = range(M), range(M - 1, -1, -1)
     for r in range(P):
         stages = range(r, P * v, P)
-        row = [Action(s, "F", m) for s in stages for m in range(M)]
-        row += [Action(s, "B", m) for s in reversed(stages) for m in reversed(range(M))]
+        row: list[Action] = []
+        for s in stages:
+            row += _run_of(s, "F", mbs)
+        for s in reversed(stages):
+            row += _run_of(s, "B", back)
         rows.append(row)
     return Schedule("looped-bfs", P, M, v, rows)

@@ -79,14 +79,15 @@ def run_dependencies(
     and reported by :func:`~tpp.pipeline.structure.check_structure`'s precise diagnosis; a deadlock
     raises ``ValueError`` naming every stuck action and what it waits for. ``recompute``: each
     input-gradient backward (B or I) first re-runs its stage's forward (``+ t_f``)."""
-    timeline, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)
-    return timeline, cross
+    trace, cross, _busy, _free = _run(schedule, t_f, t_b, t_w, transfer, overlap, recompute)
+    return trace.timeline(), cross
 
 
 def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     """:func:`run_dependencies` plus ``busy[r]``, the sum of ``end - start`` over rank r's
     operations in its order (what :func:`simulate` reports), accumulated in the same pass, and
-    ``free[r]``, the end of rank r's last operation.
+    ``free[r]``, the end of rank r's last operation. The timeline comes back as a
+    :class:`_Trace` (each operation's start, the order the ranks ran in), built on demand.
 
     One pass over the actions; every action is looked up by ``s * M + m`` in flat lists, and
     ``wait[j]`` holds the ranks blocked on event j (F of j < SM, input gradient of j - SM)."""
@@ -106,14 +107,14 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     done_w = [False] * SM
     wait: list[list[int] | None] = [None] * (2 * SM)
     n_i = n_w = 0
-    waiting_on: dict[int, str] = {}
-    ptr = [0] * P
+    waiting_on: dict[int, str] = {}  # what an overlapped pair waits for (a plain action's
+    # missing input is found again from the final state, :func:`_plain_waits`)
+    ptr = [0] * P  # actions rank r has run: len(starts[r]), the index of its next one
     zero = 0 * cf[0]
     free: list[Time] = [zero] * P
     busy: list[Time] = [0 * transfer] * P
-    timeline: list[tuple[int, Action, Time, Time]] = []
-    append = timeline.append
-    cross = 0
+    starts: list[list[Time]] = [[] for _ in range(P)]  # rank r's starts, in its row's order
+    runs: list[int] = []  # rank, first, end of each stretch a rank ran, flat
     stack = list(range(P - 1, -1, -1))
     actions = schedule.actions
     home, mirror = schedule.homes()
@@ -122,34 +123,55 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
     last = S - 1
     overlap_t = Overlap
     has_overlap = [overlap_t in map(type, row) for row in actions]  # else no check per action
+    # where (s, m) sits in the flat lists, per rank: s * M when rank r runs stage s (of a
+    # microbatch before / from ``half``), else None (a misplaced action), and None for the
+    # stage S past the last (a stage beyond is an IndexError; a negative one is checked)
+    nothing = [None] * (S + 1)
+    base_home = [[s * M if home[s] == r else None for s in range(S)] + [None]
+                 for r in range(P)]
+    base_mirror = ([[s * M if mirror[s] == r else None for s in range(S)] + [None]
+                    for r in range(P)] if schedule.mirrored_from is not None
+                   else [nothing] * P)  # no mirror: m >= half = M is out of range
+    # whether the input of stage s's F (from s - 1) / of its backward (from s + 1) crosses
+    # ranks: home[s - 1] != home[s] (the same with the mirror, which maps r to P - 1 - r)
+    cross_in = [s > 0 and home[s - 1] != home[s] for s in range(S)]
+    cross_out = [s < last and home[s + 1] != home[s] for s in range(S)]
     try:
         while stack:
             r = stack.pop()
             row = actions[r]
-            n = len(row)
             t0 = free[r]
             b = busy[r]
             ov = has_overlap[r]
-            for i in range(ptr[r], n):
-                a = row[i]
+            lo = ptr[r]
+            done = starts[r]
+            append = done.append
+            bh, bm = base_home[r], base_mirror[r]
+            it = iter(row)
+            it.__setstate__(lo)  # a list iterator resumes at index lo (islice would skip)
+            for a in it:
                 if ov and type(a) is overlap_t:
                     got = _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f,
                                         end_x, transfer, cf, cb, overlap, wait, waiting_on)
                     if got is None:
                         break
-                    start, end, woken, n_cross = got
-                    cross += n_cross
-                    append((r, a, start, end))
+                    start, end, woken = got
+                    append(start)
                     b = b + (end - start)
                     t0 = end
                     if woken:
                         stack.extend(woken)
                     continue
                 s, k, m = a
-                hm = home if m < half else mirror
-                if hm[s] != r or s < 0 or m < 0 or m >= M:
-                    raise _Malformed
-                idx = s * M + m
+                if m < half:
+                    idx = bh[s]
+                    if idx is None or m < 0 or s < 0:
+                        raise _Malformed
+                else:
+                    idx = bm[s]
+                    if idx is None or m >= M or s < 0:
+                        raise _Malformed
+                idx += m
                 start = t0
                 if k == "F":
                     if end_f[idx] is not None:
@@ -157,12 +179,14 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     if s:
                         d = end_f[idx - M]
                         if d is None:
-                            _block(wait, idx - M, r)
-                            waiting_on[r] = (s - 1, "F", m)
+                            w = wait[idx - M]  # r waits (woken in blocking order)
+                            if w is None:
+                                wait[idx - M] = [r]
+                            else:
+                                w.append(r)
                             break
-                        if hm[s - 1] != r:
+                        if cross_in[s]:
                             d = d + transfer
-                            cross += 1
                         if d > start:
                             start = d
                     end = start + cf[s]
@@ -173,8 +197,11 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         raise _Malformed
                     d = end_x[idx]
                     if d is None:
-                        _block(wait, idx + SM, r)
-                        waiting_on[r] = (s, "I", m)
+                        w = wait[idx + SM]  # r waits (woken in blocking order)
+                        if w is None:
+                            wait[idx + SM] = [r]
+                        else:
+                            w.append(r)
                         break
                     if d > start:
                         start = d
@@ -187,20 +214,25 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                         raise _Malformed
                     d = end_f[idx]
                     if d is None:
-                        _block(wait, idx, r)
-                        waiting_on[r] = (s, "F", m)
+                        w = wait[idx]  # r waits (woken in blocking order)
+                        if w is None:
+                            wait[idx] = [r]
+                        else:
+                            w.append(r)
                         break
                     if d > start:
                         start = d
                     if s < last:
                         d = end_x[idx + M]
                         if d is None:
-                            _block(wait, idx + M + SM, r)
-                            waiting_on[r] = (s + 1, "X", m)
+                            w = wait[idx + M + SM]  # r waits (woken in blocking order)
+                            if w is None:
+                                wait[idx + M + SM] = [r]
+                            else:
+                                w.append(r)
                             break
-                        if hm[s + 1] != r:
+                        if cross_out[s]:
                             d = d + transfer
-                            cross += 1
                         if d > start:
                             start = d
                     if k == "I":
@@ -212,13 +244,14 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
                     woken = wait[idx + SM]
                 else:
                     raise _Malformed
-                append((r, a, start, end))
+                append(start)
                 b = b + (end - start)
                 t0 = end
                 if woken:  # an event completes once: its list is never read again
                     stack.extend(woken)
-            else:
-                i = n
+            i = len(done)
+            if i > lo:
+                runs += (r, lo, i)
             ptr[r] = i
             free[r] = t0
             busy[r] = b
@@ -227,12 +260,65 @@ def _run(schedule: Schedule, t_f, t_b, t_w, transfer, overlap, recompute):
         raise ValueError(f"malformed schedule {schedule.name!r}: {exc!r}") from exc
     if None in end_f or None in end_x or n_i != n_w:
         check_structure(schedule)
-    stuck = {r: (actions[r][ptr[r]], _waits_for(waiting_on.get(r))) for r in range(P)
+    stuck = {r: (actions[r][ptr[r]], _waits_for(
+        waiting_on.get(r) if type(actions[r][ptr[r]]) is Overlap
+        else _plain_waits(actions[r][ptr[r]], M, end_f))) for r in range(P)
              if ptr[r] < len(actions[r])}
     if stuck:
         check_structure(schedule)
         raise ValueError(describe_deadlock(schedule, stuck))
-    return timeline, cross, busy, free
+    trace = _Trace([row[:] for row in actions], starts, runs,
+                   {"F": cf, "B": cb, "I": ci, "W": cw}, overlap)
+    # every F of a stage s > 0 and every input gradient of a stage s < last ran once, each
+    # over one cross-rank edge when cross_in[s] / cross_out[s] (for all M microbatches)
+    cross = M * (sum(cross_in) + sum(cross_out))
+    return trace, cross, busy, free
+
+
+class _Trace:
+    """What a simulation needs to list its timeline: each rank's actions (a copy of the rows)
+    and the start of each, the stretches (rank, first, end; flat) of its row each rank ran, in
+    the order the simulator ran them, and the costs. The end of an operation is its start plus
+    its cost, the very sum the simulator computed (so every time is identical), and the
+    timeline is only built when it is read (:attr:`SimResult.timeline`): the makespan, busy
+    times and p2p counts a planner reads need none of its tuples."""
+
+    __slots__ = ("rows", "starts", "runs", "costs", "overlap")
+
+    def __init__(self, rows, starts, runs, costs, overlap):
+        self.rows, self.starts, self.runs = rows, starts, runs
+        self.costs, self.overlap = costs, overlap
+
+    def timeline(self) -> list[tuple[int, Action | Overlap, Time, Time]]:
+        """``(rank, action, start, end)`` of every operation in completion order."""
+        out: list[tuple[int, Action | Overlap, Time, Time]] = []
+        append = out.append
+        costs, overlap = self.costs, self.overlap
+        cf, cb = costs["F"], costs["B"]
+        runs = self.runs
+        for j in range(0, len(runs), 3):
+            r, lo, hi = runs[j:j + 3]
+            row, st = self.rows[r], self.starts[r]
+            for i in range(lo, hi):
+                a, t = row[i], st[i]
+                if type(a) is Overlap:
+                    (sf, _, _), (sb, _, _) = a
+                    append((r, a, t, t + (cf[sf] + cb[sb] if overlap is None else overlap)))
+                else:
+                    append((r, a, t, t + costs[a[1]][a[0]]))
+        return out
+
+
+def _plain_waits(a: Action, M: int, end_f: list) -> tuple[int, str, int]:
+    """The event a stuck (plain) action waits for: the first of its inputs not done, in the
+    order :func:`_run` checks them (at a deadlock nothing more completes, so it is the one its
+    rank last blocked on). ``X``: the input gradient, B or I."""
+    s, k, m = a
+    if k == "F":
+        return (s - 1, "F", m)
+    if k == "W":
+        return (s, "I", m)
+    return (s, "F", m) if end_f[s * M + m] is None else (s + 1, "X", m)
 
 
 def _waits_for(event: tuple[int, str, int] | str | None) -> str:
@@ -263,7 +349,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
                   overlap, wait, waiting_on):
     """One overlapped F&B pair: it starts when the rank is free and both halves' inputs have
     arrived, and both halves end together after ``overlap`` (default: F's time + B's time).
-    Returns ``(start, end, woken ranks, cross-rank edges)`` or ``None`` if it must wait."""
+    Returns ``(start, end, woken ranks)`` or ``None`` if it must wait."""
     (sf, kf, mf), (sb, kb, mb) = a
     if kf != "F" or kb != "B" or not (0 <= mf < M and 0 <= mb < M):
         raise _Malformed
@@ -274,7 +360,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     fi, bi = sf * M + mf, sb * M + mb
     if end_f[fi] is not None or end_x[bi] is not None:
         raise _Malformed
-    start, cross = t0, 0
+    start = t0
     if sf:
         d = end_f[fi - M]
         if d is None:
@@ -282,7 +368,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             waiting_on[r] = f"{sf - 1}F{mf}"
             return None
         if hf[sf - 1] != r:
-            d, cross = d + transfer, cross + 1
+            d = d + transfer
         if d > start:
             start = d
     d = end_f[bi]
@@ -299,7 +385,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
             waiting_on[r] = f"the input gradient of stage {sb + 1} ({sb + 1}B{mb})"
             return None
         if hb[sb + 1] != r:
-            d, cross = d + transfer, cross + 1
+            d = d + transfer
         if d > start:
             start = d
     end = start + (cf[sf] + cb[sb] if overlap is None else overlap)
@@ -309,7 +395,7 @@ def _overlap_step(a, r, t0, M, SM, last, half, home, mirror, end_f, end_x, trans
     wait[fi] = wait[bi + SM] = None
     if other:
         woken = other if woken is None else woken + other
-    return start, end, woken, cross
+    return start, end, woken
 
 
 @dataclass
@@ -335,13 +421,37 @@ class SimResult(ActivationMemory):
     """
 
     schedule: Schedule
-    timeline: list[tuple[int, Action, Time, Time]]
+    trace: _Trace = field(repr=False, compare=False)
     makespan: Time
     busy: list[Time]
     p2p_messages: int
     p2p_bytes: int | float
     recompute: bool = False
     _inflight_cache: dict = field(default_factory=dict, repr=False)
+    _timeline: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def timeline(self) -> list[tuple[int, Action | Overlap, Time, Time]]:
+        """``(rank, action, start, end)`` of every operation, in the order they completed
+        (built from the trace on first reading, then kept)."""
+        if self._timeline is None:
+            self._timeline = self.trace.timeline()
+        return self._timeline
+
+    def _fields(self) -> tuple:  # what equality and the repr show, the timeline included
+        return (("schedule", self.schedule), ("timeline", self.timeline),
+                ("makespan", self.makespan), ("busy", self.busy),
+                ("p2p_messages", self.p2p_messages), ("p2p_bytes", self.p2p_bytes),
+                ("recompute", self.recompute))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self._fields(), self._inflight_cache) == (other._fields(),
+                                                          other._inflight_cache)
+
+    def __repr__(self) -> str:
+        return "SimResult(" + ", ".join(f"{k}={v!r}" for k, v in self._fields()) + ")"
 
     @property
     def ranks(self) -> int:
@@ -411,11 +521,11 @@ def simulate(
             )
         transfer = transfer + _ratio(activation_bytes, p2p_bandwidth)
     with no_gc():
-        timeline, cross, busy, free = _run(schedule, t_f, t_b, t_w, transfer, overlap,
-                                           bool(recompute))
+        trace, cross, busy, free = _run(schedule, t_f, t_b, t_w, transfer, overlap,
+                                        bool(recompute))
     makespan: Time = 0 * transfer  # the last end: each rank's ends never decrease
     for t in free:
         if t > makespan:
             makespan = t
-    return SimResult(schedule, timeline, makespan, busy, cross, cross * activation_bytes,
+    return SimResult(schedule, trace, makespan, busy, cross, cross * activation_bytes,
                      recompute=bool(recompute))

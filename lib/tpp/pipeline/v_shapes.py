@@ -12,8 +12,10 @@ last stage share rank 0, which computes the loss and immediately starts the back
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 from tpp.pipeline.ir import Action, Overlap, Schedule, Step
+from tpp.pipeline.looped import _interleave, _run_of
 from tpp.pipeline.rules import check_common
 
 _new = tuple.__new__  # Action(...) without the Python-level __new__ of a NamedTuple
@@ -39,37 +41,38 @@ def zbv(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
     _check_v("zbv", ranks, microbatches, virtual)
     P, M = ranks, microbatches
     n = max(2 * P - 1, M)
+    A = Action  # built as _new(A, (stage, kind, m)): no Python-level __new__ call per action
     rows: list[list[Step]] = []
     for r in range(P):
         c0, c1 = r, 2 * P - 1 - r
         f0 = f1 = b0 = b1 = 0
         ops: list[Action] = []
         for _ in range(2 * (P - r) - 1):
-            ops.append(Action(c0, "F", f0))
+            ops.append(_new(A, (c0, "F", f0)))
             f0 += 1
         for _ in range(r):
-            ops += [Action(c1, "F", f1), Action(c0, "F", f0)]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c0, "F", f0))]
             f1, f0 = f1 + 1, f0 + 1
         for _ in range(P - r):
-            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c1, "I", b1)), _new(A, (c1, "W", b1))]
             f1, b1 = f1 + 1, b1 + 1
         while f1 < f0 or f0 < n:
             if f0 < n:
-                ops.append(Action(c0, "F", f0))
+                ops.append(_new(A, (c0, "F", f0)))
                 f0 += 1
-            ops += [Action(c0, "I", b0), Action(c0, "W", b0)]
-            ops += [Action(c1, "F", f1), Action(c1, "I", b1), Action(c1, "W", b1)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c0, "W", b0))]
+            ops += [_new(A, (c1, "F", f1)), _new(A, (c1, "I", b1)), _new(A, (c1, "W", b1))]
             b0, f1, b1 = b0 + 1, f1 + 1, b1 + 1
         w0, w1 = b0, b1
         for _ in range(r):
-            ops += [Action(c0, "I", b0), Action(c1, "I", b1)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c1, "I", b1))]
             b0, b1 = b0 + 1, b1 + 1
         for _ in range(P - r):
-            ops += [Action(c0, "I", b0), Action(c0, "W", w0)]
+            ops += [_new(A, (c0, "I", b0)), _new(A, (c0, "W", w0))]
             b0, w0 = b0 + 1, w0 + 1
-        ops += [Action(c1, "W", m) for m in range(w1, b1)]
-        ops += [Action(c0, "W", m) for m in range(w0, b0)]
-        rows.append([a for a in ops if a.microbatch < M])
+        ops += [_new(A, (c1, "W", m)) for m in range(w1, b1)]
+        ops += [_new(A, (c0, "W", m)) for m in range(w0, b0)]
+        rows.append(ops if n == M else [a for a in ops if a.microbatch < M])
     return Schedule("zbv", P, M, 2, rows, stage_ranks=v_stage_ranks(P))
 
 
@@ -116,12 +119,7 @@ def dualpipev(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
             row.append(b(c1, split=True))
             w()
             row.append(f(c1))
-        for i in range(M - 2 * P + r + 1):                          # 4
-            if i == 0 and r == P - 1:
-                row += [f(c0), b(c1)]
-            else:
-                row.append(_new(Overlap, (f(c0), b(c1))))
-            row.append(_new(Overlap, (f(c1), b(c0))))
+        row += _main_loop(c0, c1, nf, nb, M - 2 * P + r + 1, r == P - 1)  # 4
         for _ in range(P - r - 1):                                  # 5
             row.append(b(c1))
             row.append(_new(Overlap, (f(c1), b(c0))))
@@ -140,6 +138,23 @@ def dualpipev(ranks: int, microbatches: int, virtual: int = 2) -> Schedule:
             w()
         rows.append(row)
     return Schedule("dualpipev", P, M, 2, rows, stage_ranks=v_stage_ranks(P))
+
+
+def _main_loop(c0: int, c1: int, nf: dict, nb: dict, n: int, bottom: bool) -> list[Step]:
+    """DualPipeV's step 4 on the rank of chunks c0, c1: ``n`` times the pairs (F c0 & B c1),
+    (F c1 & B c0), the next microbatches of each (counted on in ``nf``, ``nb``); on the bottom
+    rank the first (F c0, B c1) is not overlapped. Built without a Python call per action."""
+    if n <= 0:
+        return []
+    runs = {}
+    for c, kind, count in ((c0, "F", nf), (c1, "B", nb), (c1, "F", nf), (c0, "B", nb)):
+        runs[c, kind] = _run_of(c, kind, range(count[c], count[c] + n))
+        count[c] += n
+    down = list(map(_new, repeat(Overlap), zip(runs[c0, "F"], runs[c1, "B"], strict=True)))
+    up = list(map(_new, repeat(Overlap), zip(runs[c1, "F"], runs[c0, "B"], strict=True)))
+    if bottom:
+        return [runs[c0, "F"][0], runs[c1, "B"][0], up[0], *_interleave(down[1:], up[1:])]
+    return _interleave(down, up)
 
 
 def zb_h2(ranks: int, microbatches: int, virtual: int = 1) -> Schedule:

@@ -52,6 +52,7 @@ bytes the CUDA runtime reports (not the datasheet label) where a measurement is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -392,6 +393,103 @@ def _check_memory_options(attention, dropout, sequence_parallel, moment_dtype, m
     return czero.adam_state_bytes(moment_dtype, master_weights)
 
 
+@dataclass(frozen=True)
+class RankMemory:
+    """What the memory of a layout's pipeline ranks needs once the schedule's peaks are known
+    (:func:`memory_step` prepares it; :meth:`fill` writes the heaviest rank's terms)."""
+
+    model: ModelConfig
+    layout: Layout
+    tokens: int            # tokens per CP rank
+    sp: bool               # sequence parallelism on
+    chunks: list[int]      # layers of each pipeline chunk
+    layer_p: int           # parameters of one layer on a rank
+    first: int             # the first stage's embedding parameters
+    last: int              # the last stage's LM head (and final norm) parameters
+    params: list[int]      # parameters of each pipeline rank
+    shard_n: int           # ranks a ZeRO shard group spans
+    attention: str | None
+    dropout: bool | None
+    grad_bytes: int
+    optimizer_bytes: int
+    zero3_prefetch: int
+    runtime_reserve: bool
+    fragmentation: float
+
+    def held_layers(self, microbatches: int) -> list[int]:
+        """The peak of the layers' activations each pipeline rank holds (:func:`_held_layers`:
+        the schedule at unit costs; the timed simulation of :func:`evaluate` gives the same)."""
+        lay = self.layout
+        return _held_layers(lay.pp, microbatches, lay.virtual, tuple(self.chunks))
+
+    def fill(self, est: Estimate, held_layers: list[int]) -> None:
+        """Set ``est.memory_bytes``, ``heaviest_rank`` and ``memory`` (the heaviest rank's
+        terms, :func:`_heaviest_rank_memory`) with ``held_layers[r]`` layers' activations at
+        rank ``r``'s peak."""
+        est.memory_bytes, est.heaviest_rank, est.memory = _heaviest_rank_memory(
+            self.model, self.layout, self.tokens, self.sp, est.layers, self.layer_p,
+            self.first, self.last, self.params, held_layers, self.shard_n, self.attention,
+            self.dropout, self.grad_bytes, self.optimizer_bytes, self.zero3_prefetch,
+            self.runtime_reserve, self.fragmentation)
+
+
+def memory_step(model: ModelConfig, layout: Layout, *, gpu: str, gpus_per_node: int,
+                seq_len: int, global_batch: int, attention: str | None, dropout: bool | None,
+                sequence_parallel: bool | None, moment_dtype: str, master_weights: bool,
+                grad_bytes: int, zero3_prefetch: int, runtime_reserve: bool,
+                fragmentation: float, tp_comm_overlap: bool = False,
+                check_timing_options: Callable[[], None] | None = None
+                ) -> tuple[Estimate, hardware.GPU, RankMemory | None]:
+    """The opening of :func:`evaluate` and of :func:`tpp.planner.memory_table.evaluate_memory`
+    (same arguments, same meaning): check the case (``check_timing_options``, ``evaluate``'s
+    checks of its own arguments, right after the model's and the layout's) and the memory
+    options, resolve the GPU, find the structural rules the layout breaks and, when it breaks
+    none, the parameters of each pipeline rank (:func:`_rank_params`).
+
+    Returns the estimate (``problems``; ``microbatches`` and ``layers`` when there are none),
+    the GPU, and the :class:`RankMemory` to fill once the schedule's peaks are known (``None``
+    when the layout breaks a rule: then no memory is computed).
+    """
+    _check_case(model, layout, seq_len, global_batch, gpus_per_node)
+    if check_timing_options is not None:
+        check_timing_options()
+    optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
+                                            master_weights, grad_bytes, zero3_prefetch,
+                                            runtime_reserve)
+    cmem.runtime_reserve_terms(0, 0, fragmentation=fragmentation)  # raises on a bad share
+    dev = hardware.gpu(gpu)
+    lay = layout
+    est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
+                                                   global_batch, sequence_parallel,
+                                                   tp_comm_overlap),
+                   capacity=dev.capacity, peak_flops=dev.peak_flops_bf16)
+    if est.problems:
+        return est, dev, None
+    est.microbatches = global_batch // (lay.dp * lay.microbatch_size)
+    chunks, est.layers, layer_p, first, last, params = _rank_params(model, lay)
+    shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
+    return est, dev, RankMemory(
+        model, lay, seq_len // lay.cp, _sequence_parallel(lay, sequence_parallel), chunks,
+        layer_p, first, last, params, shard_n, attention, dropout, grad_bytes, optimizer_bytes,
+        zero3_prefetch, runtime_reserve, fragmentation)
+
+
+def _check_timing_options(layout: Layout, gpus: int | None, tp_comm_overlap: bool,
+                          mfu: float | None, attention_kernel: str | None) -> None:
+    """Validate the options of :func:`evaluate` that only its timing reads."""
+    if gpus is not None and gpus != layout.gpus:
+        raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
+                         f"{gpus}: change a degree so the product is {gpus}")
+    if not isinstance(tp_comm_overlap, bool):
+        raise ValueError(f"tp_comm_overlap={tp_comm_overlap!r} must be True or False")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
+    if attention_kernel not in (None, *ccomp.ATTENTION):
+        raise ValueError(f"attention_kernel={attention_kernel!r}: use 'flash2' or 'flash3' "
+                         "(fused, no s x s scores) or 'eager' (scores materialised)")
+
+
+
 def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
              gpus_per_node: int = 8, seq_len: int, global_batch: int,
              mfu: float | None = None, attention_kernel: str | None = None,
@@ -434,40 +532,27 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     ``memory_first=True``: a layout over the GPU's memory returns without its data-parallel
     timeline (``step_time=None``; the search uses it).
     """
-    _check_case(model, layout, seq_len, global_batch, gpus_per_node)
-    if gpus is not None and gpus != layout.gpus:
-        raise ValueError(f"layout {layout} uses TP x CP x PP x DP = {layout.gpus} GPUs, not "
-                         f"{gpus}: change a degree so the product is {gpus}")
-    if not isinstance(tp_comm_overlap, bool):
-        raise ValueError(f"tp_comm_overlap={tp_comm_overlap!r} must be True or False")
-    if mfu is not None and not 0 < mfu <= 1:
-        raise ValueError(f"mfu={mfu} must be in (0, 1], or None for the kernel-level model")
-    if attention_kernel not in (None, *ccomp.ATTENTION):
-        raise ValueError(f"attention_kernel={attention_kernel!r}: use 'flash2' or 'flash3' "
-                         "(fused, no s x s scores) or 'eager' (scores materialised)")
-    optimizer_bytes = _check_memory_options(attention, dropout, sequence_parallel, moment_dtype,
-                                            master_weights, grad_bytes, zero3_prefetch,
-                                            runtime_reserve)
-    cmem.runtime_reserve_terms(0, 0, fragmentation=fragmentation)  # raises on a bad share
-    dev = hardware.gpu(gpu)
+    est, dev, mem = memory_step(
+        model, layout, gpu=gpu, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        global_batch=global_batch, attention=attention, dropout=dropout,
+        sequence_parallel=sequence_parallel, moment_dtype=moment_dtype,
+        master_weights=master_weights, grad_bytes=grad_bytes, zero3_prefetch=zero3_prefetch,
+        runtime_reserve=runtime_reserve, fragmentation=fragmentation,
+        tp_comm_overlap=tp_comm_overlap,
+        check_timing_options=lambda: _check_timing_options(layout, gpus, tp_comm_overlap, mfu,
+                                                           attention_kernel))
     intra = hardware.link(dev.link)
     inter = hardware.link(inter_link or default_inter_link(gpu))
-    lay = layout
-    est = Estimate(lay, False, _structure_problems(model, lay, gpus_per_node, seq_len,
-                                                   global_batch, sequence_parallel,
-                                                   tp_comm_overlap),
-                   capacity=dev.capacity,
-                   peak_flops=dev.peak_flops_bf16)
-    if est.problems:
+    if mem is None:
         return est
+    lay = layout
     t, P, v, b = lay.tp, lay.pp, lay.virtual, lay.microbatch_size
     s = seq_len // lay.cp
-    M = global_batch // (lay.dp * b)
-    est.microbatches = M
-    chunks, est.layers, layer_p, first, last, params = _rank_params(model, lay)
+    M = est.microbatches
+    chunks, layer_p, first, params = mem.chunks, mem.layer_p, mem.first, mem.params
     h, V = model.d_model, model.vocab_size
     # -- time of one microbatch per chunk --------------------------------------------------------
-    sp = _sequence_parallel(lay, sequence_parallel)
+    sp = mem.sp
     mem_att = attention or model.attention
     att = attention_kernel or ("eager" if mem_att == "eager" else "flash2")
     if (att == "eager") != (mem_att == "eager"):
@@ -515,11 +600,8 @@ def evaluate(model: ModelConfig, layout: Layout, *, gpu: str = "h100_sxm",
     makespan, busy, inflight, held_layers = _pipeline(P, M, v, tuple(t_f), tuple(t_b), transfer,
                                                       tuple(chunks))
     # -- memory of each pipeline rank ----------------------------------------------------------
-    shard_n = _hsdp_shard(lay, gpus_per_node) if lay.hsdp else lay.dp * lay.cp
-    est.memory_bytes, est.heaviest_rank, est.memory = _heaviest_rank_memory(
-        model, lay, s, sp, est.layers, layer_p, first, last, params, held_layers, shard_n,
-        attention, dropout, grad_bytes, optimizer_bytes, zero3_prefetch, runtime_reserve,
-        fragmentation)
+    mem.fill(est, held_layers)
+    shard_n = mem.shard_n
     r = est.heaviest_rank
     if memory_first and est.memory_bytes > dev.capacity:
         est.problems.append(_over(est.memory_bytes, r, dev))

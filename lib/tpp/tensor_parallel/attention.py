@@ -36,7 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tpp.collectives import Communicator, ProcessGroup, SimulatedWorld, group_of_size, spmd
+from tpp.collectives import Communicator, ProcessGroup, SimulatedWorld, spmd
 from tpp.hardware import bytes_per_element
 
 from .attention_core import (
@@ -51,6 +51,7 @@ from .attention_core import (
 from .dropout import dropout_mask
 from .linear import linear_backward
 from .operators import CopyToTP, ReduceFromTP, f_backward, f_forward, g_backward, g_forward
+from .sharding import tp_group
 
 __all__ = [
     "AttentionSplit",
@@ -255,7 +256,7 @@ class ShardedAttention:
         self.split = attention_split(n_heads, n_kv, tp, replicate_kv)
         wq, wk, wv, wo, self.d, self.d_head = _check_weights(wq, wk, wv, wo, n_heads, n_kv)
         self.tp, self.n_heads, self.n_kv_heads = self.split.tp, n_heads, n_kv
-        self.group = group = group_of_size(group, self.tp, label="TP", name=f"tp{self.tp}")
+        self.group = group = tp_group(group, self.tp)
         self.f, self.g = CopyToTP(group), ReduceFromTP(group)
         self.causal, self.dropout_p, self.seed, self.layer = causal, dropout_p, seed, layer
         self.recompute_core = recompute_core

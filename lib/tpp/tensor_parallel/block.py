@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpp.collectives import ProcessGroup, group_of_size
+from tpp.collectives import ProcessGroup
 
 from .activations import gelu, gelu_grad
 from .attention import Attention, ShardedAttention, attention_split, init_attention_weights
@@ -43,18 +43,12 @@ from .sequence import (
     reduce_scatter_to_sequence_parallel_region_backward,
     split_sequence,
 )
-from .sharding import check_divisible, shard_columns, shard_rows
+from .sharding import check_divisible, shard_columns, shard_rows, tp_group
 
 __all__ = ["WEIGHT_KEYS", "init_block_weights", "TransformerBlock", "ShardedTransformerBlock"]
 
 WEIGHT_KEYS = ("ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w1", "w2")
 RECOMPUTE = ("none", "selective", "full")
-
-
-def tp_group(group: ProcessGroup | None, tp: int, sequence_parallel: bool) -> ProcessGroup:
-    """The block's TP group: `group` if given (it must have `tp` ranks), else a new one."""
-    return group_of_size(group, tp, label="TP",
-                         name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
 
 
 def init_block_weights(d: int, n_heads: int, n_kv_heads: int | None = None,

@@ -32,14 +32,14 @@ from tpp.collectives import ProcessGroup, spmd
 
 from .activations import gelu, gelu_grad, silu, silu_grad
 from .attention import Attention, ShardedAttention, attention_split, init_attention_weights
-from .block import RECOMPUTE, ShardedTransformerBlock, tp_group
+from .block import RECOMPUTE, ShardedTransformerBlock
 from .dropout import dropout_backward, dropout_forward, dropout_mask
 from .flash_attention import flash_partial_backward, flash_partial_forward
 from .layernorm import layernorm_backward, layernorm_forward
 from .linear import linear_backward
 from .mlp import MLP
 from .rmsnorm import rmsnorm_backward, rmsnorm_forward
-from .sharding import check_divisible, shard_columns, shard_rows
+from .sharding import check_divisible, shard_columns, shard_rows, tp_group
 
 __all__ = ["init_llama_block_weights", "LlamaBlock", "ShardedLlamaBlock"]
 

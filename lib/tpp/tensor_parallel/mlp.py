@@ -28,7 +28,7 @@ from functools import partial
 
 import numpy as np
 
-from tpp.collectives import Communicator, ProcessGroup, group_of_size, spmd
+from tpp.collectives import Communicator, ProcessGroup, spmd
 
 from .activations import gelu, gelu_grad, silu, silu_grad
 from .linear import ColumnParallelLinear, RowParallelLinear, linear_backward
@@ -39,7 +39,7 @@ from .sequence import (
     reduce_scatter_to_sp_backward,
     reduce_scatter_to_sp_forward,
 )
-from .sharding import check_divisible, check_tp, unshard
+from .sharding import check_divisible, check_tp, tp_group, unshard
 
 __all__ = ["ACTIVATIONS", "MLP", "MLP_VARIANTS", "MLPRankCache", "ShardedMLP",
            "sharded_mlp_backward", "sharded_mlp_forward"]
@@ -248,7 +248,7 @@ class ShardedMLP:
         check_divisible(d_ff, tp, "d_ff")
         if variant not in MLP_VARIANTS:
             raise ValueError(f"unknown variant {variant!r}: use one of {MLP_VARIANTS}")
-        group = group_of_size(group, tp, label="TP", name=f"tp{tp}")
+        group = tp_group(group, tp)
         self.tp, self.d, self.d_ff, self.activation = tp, d, d_ff, activation
         self.variant = variant
         self.group = group

@@ -1,14 +1,18 @@
 """Even sharding of weights across TP ranks (rank r owns the r-th contiguous slice).
 
 Uneven splits (``np.array_split``-style) are refused: every rank must hold the same shape, as in
-Megatron-LM, so the split dimension must be divisible by the TP degree.
+Megatron-LM, so the split dimension must be divisible by the TP degree. :func:`tp_group` is the
+group of ``TP`` ranks that hold the shards (every TP layer resolves its optional group there).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_tp", "check_divisible", "shard", "shard_columns", "shard_rows", "unshard"]
+from tpp.collectives import ProcessGroup, group_of_size
+
+__all__ = ["check_tp", "tp_group", "check_divisible", "shard", "shard_columns", "shard_rows",
+           "unshard"]
 
 
 def check_tp(tp: int) -> int:
@@ -16,6 +20,15 @@ def check_tp(tp: int) -> int:
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
         raise ValueError(f"TP={tp!r} must be a positive integer: use TP >= 1")
     return int(tp)
+
+
+def tp_group(group: ProcessGroup | None, tp: int,
+             sequence_parallel: bool = False) -> ProcessGroup:
+    """The TP group of a layer: ``group`` if given (it must have ``tp`` ranks: "group has size
+    ... but TP=..."), else a new one named ``tp{tp}`` (``tp{tp}_sp`` with sequence
+    parallelism), :func:`tpp.collectives.group_of_size`."""
+    return group_of_size(group, tp, label="TP",
+                         name=f"tp{tp}" + ("_sp" if sequence_parallel else ""))
 
 
 def check_divisible(size: int, tp: int, name: str) -> int:
