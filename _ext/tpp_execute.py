@@ -11,12 +11,19 @@ then reads them from the cache ("Using cached notebook"). A notebook whose execu
 stored: myst-nb executes it again when it reads it and fails the strict build with its traceback,
 exactly as without this extension. ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb.
 
-The longest executions go first (their last recorded ``execution_seconds``), so that the slowest
-chapter does not start last.
+The longest executions go first (their last recorded ``execution_seconds``; on a fresh clone,
+with no record yet, the seconds measured for the course in ``_ext/execution_seconds.json``), so
+that the slowest chapter does not start last.
+
+Two imports are spared per execution: the workers and the kernels they start would each import
+``rfc3987_syntax`` (2 s of CPU: see :mod:`tpp.site.build_kernel`); the workers defer it
+(:func:`worker_init`) and the kernels load ``tpp.site.build_kernel`` as an IPython extension
+(:data:`KERNEL_ARGS`), which defers it the same way, without changing what any cell computes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -27,6 +34,11 @@ from pathlib import Path
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
+
+# the kernel's command line: the extension that defers rfc3987_syntax (tpp.site.build_kernel)
+KERNEL_ARGS = ["--IPKernelApp.extra_extensions=tpp.site.build_kernel"]
+# seconds each notebook took, for the order of a build that has no cache records yet
+ESTIMATES = Path(__file__).with_name("execution_seconds.json")
 
 
 def jobs() -> int:
@@ -43,6 +55,13 @@ def jobs() -> int:
         return os.cpu_count() or 1
 
 
+def worker_init() -> None:
+    """A worker's start: ``rfc3987_syntax`` deferred before nbformat imports jsonschema."""
+    from tpp.site.build_kernel import defer_rfc3987_syntax
+
+    defer_rfc3987_syntax()
+
+
 def execute_one(path: str, timeout: int | None, allow_errors: bool):
     """Worker: execute the notebook at ``path`` in its folder; returns
     ``(path, executed notebook as JSON or None, seconds, traceback or None)``."""
@@ -52,7 +71,8 @@ def execute_one(path: str, timeout: int | None, allow_errors: bool):
 
     nb = standard_nb_read(Path(path).read_text(encoding="utf8"))
     result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
-                                 allow_errors=allow_errors, meta_override=True)
+                                 allow_errors=allow_errors, meta_override=True,
+                                 extra_arguments=KERNEL_ARGS)
     if result.err is not None:
         return path, None, result.time, result.exc_string
     return path, nbformat.writes(nb), result.time, None
@@ -66,6 +86,16 @@ def _last_seconds(cache) -> dict[str, float]:
         if t is not None:
             seconds[record.uri] = float(t)
     return seconds
+
+
+def estimated_seconds(srcdir: Path) -> dict[str, float]:
+    """``_ext/execution_seconds.json`` (``{"chapters/NN_x.ipynb": seconds}``) as absolute paths;
+    empty if the file is missing or unreadable (then the order is alphabetical)."""
+    try:
+        table = json.loads(ESTIMATES.read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(Path(srcdir) / rel): float(t) for rel, t in table.items()}
 
 
 def _to_execute(app, env, docnames) -> list[Path]:
@@ -104,14 +134,15 @@ def pre_execute(app, env, docnames) -> None:
     from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(config.execution_cache_path)
-    last = _last_seconds(cache)
+    last = estimated_seconds(app.srcdir) | _last_seconds(cache)
     todo.sort(key=lambda p: -last.get(str(p), 0.0))
     workers = min(n_jobs, len(todo))
     logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
     start = time.perf_counter()
     failed = []
     # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=worker_init) as pool:
         futures = [pool.submit(execute_one, str(p), config.execution_timeout,
                                config.execution_allow_errors) for p in todo]
         for future in as_completed(futures):

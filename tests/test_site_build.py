@@ -1,0 +1,65 @@
+"""The book build's pre-execution (_ext/tpp_execute.py): what it spares, the order it runs in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "_ext"))
+
+import tpp_execute  # noqa: E402
+
+_DEFERRED_THEN_REAL = """
+import sys
+from tpp.site.build_kernel import defer_rfc3987_syntax
+assert defer_rfc3987_syntax()
+import jsonschema, nbformat  # nbformat's validator imports jsonschema's format checkers
+assert type(sys.modules["rfc3987_syntax"]).__name__ == "_Deferred", sys.modules["rfc3987_syntax"]
+check = jsonschema.Draft7Validator({"format": "iri"},
+                                   format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+assert check.is_valid("https://example.org/a?b#c") and not check.is_valid("no iri")
+assert type(sys.modules["rfc3987_syntax"]).__name__ == "module"  # the real one, now loaded
+assert not defer_rfc3987_syntax()  # imported already: left alone
+print("ok")
+"""
+
+
+def test_the_deferred_rfc3987_syntax_loads_at_its_first_use_and_checks_the_same():
+    """The stand-in changes nothing: jsonschema's ``iri`` check still accepts an IRI and refuses
+    a non-IRI, through the real module, which loads at that first check."""
+    run = subprocess.run([sys.executable, "-c", _DEFERRED_THEN_REAL], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_the_build_kernels_start_with_the_deferral(tmp_path):
+    """A kernel started by the pre-execution has the stand-in before any cell runs, and a
+    chapter's glue still works in it."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import sys\nfrom myst_nb import glue\nglue('x', 42, display=False)\n"
+        "print(type(sys.modules.get('rfc3987_syntax')).__name__)")])
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    _path, text, _s, tb = tpp_execute.execute_one(str(path), 120, False)
+    assert tb is None, tb
+    outputs = nbformat.reads(text, as_version=4).cells[0].outputs
+    assert [o["text"].strip() for o in outputs if o["output_type"] == "stream"] == ["_Deferred"]
+    glued = [o for o in outputs if o.get("metadata", {}).get("scrapbook", {}).get("name") == "x"]
+    assert len(glued) == 1
+
+
+def test_the_order_of_a_fresh_build_knows_every_chapter():
+    """_ext/execution_seconds.json names every chapter notebook (a fresh clone has no cache
+    records: without an estimate a new chapter would be scheduled as if it took no time)."""
+    table = json.loads(tpp_execute.ESTIMATES.read_text(encoding="utf8"))
+    chapters = {p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").glob("*.ipynb")}
+    assert set(table) == chapters
+    assert all(t > 0 for t in table.values())
+    estimates = tpp_execute.estimated_seconds(ROOT)
+    slowest = max(estimates, key=estimates.get)
+    assert Path(slowest).is_file() and estimates[slowest] == max(table.values())
