@@ -19,6 +19,13 @@ Two imports are spared per execution: the workers and the kernels they start wou
 ``rfc3987_syntax`` (2 s of CPU: see :mod:`tpp.site.build_kernel`); the workers defer it
 (:func:`worker_init`) and the kernels load ``tpp.site.build_kernel`` as an IPython extension
 (:data:`KERNEL_ARGS`), which defers it the same way, without changing what any cell computes.
+
+The kernels run NumPy's BLAS on one thread (``OPENBLAS_NUM_THREADS=1`` unless set: see
+:func:`single_threaded_blas`): with the chapters executed side by side on all CPUs, BLAS threads
+only compete with the other notebooks, and the simulated ranks (``tpp.collectives.spmd`` runs
+them as Python threads) each calling a threaded BLAS spent 2-10 times the CPU of one thread. It
+also makes the rounding-level numbers a chapter prints (e.g. chapter 02's 1e-16 errors)
+independent of the machine's core count, by which a threaded BLAS splits a product.
 """
 
 from __future__ import annotations
@@ -53,6 +60,16 @@ def jobs() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def single_threaded_blas(environ=os.environ) -> None:
+    """Kernels started from here on (they inherit ``environ``) use one BLAS thread, unless the
+    variable is set already."""
+    for key, value in BLAS_THREADS.items():
+        environ.setdefault(key, value)
 
 
 def worker_init() -> None:
@@ -163,6 +180,7 @@ def pre_execute(app, env, docnames) -> None:
 
 
 def setup(app):
+    single_threaded_blas()  # for every kernel of the build: the workers' and myst-nb's own
     # after myst-nb's own set-up (it creates env.mystnb_config at builder-inited)
     app.connect("env-before-read-docs", pre_execute)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -63,3 +63,13 @@ def test_the_order_of_a_fresh_build_knows_every_chapter():
     estimates = tpp_execute.estimated_seconds(ROOT)
     slowest = max(estimates, key=estimates.get)
     assert Path(slowest).is_file() and estimates[slowest] == max(table.values())
+
+
+def test_the_build_kernels_get_one_blas_thread_unless_one_is_chosen():
+    """OPENBLAS_NUM_THREADS=1 for the kernels of the build, a value set by the user kept."""
+    env: dict[str, str] = {}
+    tpp_execute.single_threaded_blas(env)
+    assert env == {"OPENBLAS_NUM_THREADS": "1"}
+    env = {"OPENBLAS_NUM_THREADS": "2"}
+    tpp_execute.single_threaded_blas(env)
+    assert env == {"OPENBLAS_NUM_THREADS": "2"}
