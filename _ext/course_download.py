@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import tomllib
 import zipfile
 from pathlib import Path
@@ -153,12 +154,45 @@ def pack(root: Path, out: Path, wheel_store: Path | None = None) -> Path:
     return out
 
 
+def _wheel_store(app) -> Path:
+    return Path(app.outdir).parent / ".tpp_wheel"
+
+
+_BACKGROUND: dict[str, threading.Thread] = {}
+_FAILED: dict[str, BaseException] = {}
+
+
+def start_wheel(app) -> None:
+    """``builder-inited``: build the wheel (:func:`cached_wheel`) in a thread while Sphinx
+    reads and the chapters execute, unless this version of the library has one stored; pip runs
+    as a subprocess, so the thread mostly waits. :func:`write_course_zip` waits for it."""
+    if app.builder.format != "html" or app.builder.name == "singlehtml":
+        return
+    root, store = Path(app.srcdir), _wheel_store(app)
+    if (store / wheel_key(root) / wheel_name(root)).is_file():
+        return
+
+    def build() -> None:
+        try:
+            cached_wheel(root, store)
+        except BaseException as err:  # reported by write_course_zip, in the main thread
+            _FAILED["wheel"] = err
+
+    _BACKGROUND["wheel"] = threading.Thread(target=build, name="tpp-wheel", daemon=True)
+    _BACKGROUND["wheel"].start()
+
+
 def write_course_zip(app, exception) -> None:
     """``build-finished``: the zip next to the HTML pages (HTML builders only)."""
+    thread = _BACKGROUND.pop("wheel", None)
+    if thread is not None:
+        thread.join()
     if exception is not None or app.builder.format != "html" or app.builder.name == "singlehtml":
         return
+    if "wheel" in _FAILED:
+        raise _FAILED.pop("wheel")
     out = pack(Path(app.srcdir), Path(app.outdir) / ZIP_NAME,
-               wheel_store=Path(app.outdir).parent / ".tpp_wheel")
+               wheel_store=_wheel_store(app))
     from sphinx.util import logging
 
     logging.getLogger(__name__).info(f"the course's download: {out}")

@@ -297,5 +297,6 @@ def setup(app):
     app.add_directive("tpp-map", MapDirective)
     app.add_directive("tpp-repository", RepositoryDirective)
     app.add_directive("tpp-course-download", course_download.CourseDownloadDirective)
+    app.connect("builder-inited", course_download.start_wheel)
     app.connect("build-finished", course_download.write_course_zip)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

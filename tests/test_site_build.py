@@ -73,3 +73,24 @@ def test_the_build_kernels_get_one_blas_thread_unless_one_is_chosen():
     env = {"OPENBLAS_NUM_THREADS": "2"}
     tpp_execute.single_threaded_blas(env)
     assert env == {"OPENBLAS_NUM_THREADS": "2"}
+
+
+def test_the_wheel_is_built_while_the_book_builds_and_packed_at_the_end(tmp_path):
+    """_ext/course_download.py: builder-inited starts the wheel in a thread (none when this
+    library's wheel is stored), build-finished waits for it and packs the zip with it."""
+    import types
+    import zipfile
+
+    import course_download
+
+    app = types.SimpleNamespace(srcdir=str(ROOT), outdir=str(tmp_path / "html"),
+                                builder=types.SimpleNamespace(format="html", name="html"))
+    course_download.start_wheel(app)
+    thread = course_download._BACKGROUND.get("wheel")
+    assert thread is not None
+    course_download.write_course_zip(app, None)
+    assert not thread.is_alive() and "wheel" not in course_download._BACKGROUND
+    names = zipfile.ZipFile(tmp_path / "html" / course_download.ZIP_NAME).namelist()
+    assert f"{course_download.FOLDER}/{course_download.wheel_name(ROOT)}" in names
+    course_download.start_wheel(app)  # stored now: nothing to build
+    assert "wheel" not in course_download._BACKGROUND
