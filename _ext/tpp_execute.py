@@ -9,7 +9,9 @@ as working directory, the configured timeout and ``allow_errors``), and stores e
 that succeeded as myst-nb would (``cache_notebook_bundle(..., check_validity=False)``). myst-nb
 then reads them from the cache ("Using cached notebook"). A notebook whose execution failed is not
 stored: myst-nb executes it again when it reads it and fails the strict build with its traceback,
-exactly as without this extension. ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb.
+exactly as without this extension. ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb. A single
+notebook to execute (a warm rebuild after one chapter's edit) runs from the Sphinx process
+itself, with the same kernel as in a worker.
 
 The longest executions go first (their last recorded ``execution_seconds``; on a fresh clone,
 with no record yet, the seconds measured for the course in ``_ext/execution_seconds.json``), so
@@ -144,8 +146,8 @@ def pre_execute(app, env, docnames) -> None:
             config.execution_in_temp:
         return
     todo = _to_execute(app, env, docnames)
-    if len(todo) < 2:
-        return  # nothing to overlap: myst-nb executes it
+    if not todo:
+        return
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
@@ -157,13 +159,9 @@ def pre_execute(app, env, docnames) -> None:
     logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
     start = time.perf_counter()
     failed = []
-    # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             initializer=worker_init) as pool:
-        futures = [pool.submit(execute_one, str(p), config.execution_timeout,
-                               config.execution_allow_errors) for p in todo]
-        for future in as_completed(futures):
-            path, text, seconds, tb = future.result()
+
+    def store(results) -> None:
+        for path, text, seconds, _tb in results:
             rel = os.path.relpath(path, app.srcdir)
             if text is None:
                 failed.append(rel)
@@ -175,6 +173,18 @@ def pre_execute(app, env, docnames) -> None:
                               data={"execution_seconds": seconds}),
                 check_validity=False, overwrite=True)
             logger.info(f"[tpp_execute] {rel}: executed in {seconds:.1f} s")
+
+    args = (config.execution_timeout, config.execution_allow_errors)
+    if workers == 1:
+        # one notebook (a warm rebuild after an edit): executed from this process, whose imports
+        # are done, with the same kernel as in a worker (KERNEL_ARGS), instead of by myst-nb
+        store(execute_one(str(p), *args) for p in todo)
+    else:
+        # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=worker_init) as pool:
+            futures = [pool.submit(execute_one, str(p), *args) for p in todo]
+            store(future.result() for future in as_completed(futures))
     logger.info(f"[tpp_execute] {len(todo) - len(failed)} of {len(todo)} notebooks executed "
                 f"in {time.perf_counter() - start:.1f} s ({workers} processes)")
 

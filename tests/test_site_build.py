@@ -94,3 +94,39 @@ def test_the_wheel_is_built_while_the_book_builds_and_packed_at_the_end(tmp_path
     assert f"{course_download.FOLDER}/{course_download.wheel_name(ROOT)}" in names
     course_download.start_wheel(app)  # stored now: nothing to build
     assert "wheel" not in course_download._BACKGROUND
+
+
+def test_pre_execution_caches_one_notebook_here_and_several_in_workers(tmp_path, monkeypatch):
+    """pre_execute stores what it executed in jupyter-cache, where myst-nb then finds it: one
+    notebook from the calling process, two in two workers; a failing one is left to myst-nb."""
+    import types
+
+    from jupyter_cache import get_cache
+
+    monkeypatch.setenv("TPP_BUILD_JOBS", "2")
+    sources = {"one": "print(1)", "two": "print(2)", "three": "print(3)",
+               "bad": "raise RuntimeError('boom')"}
+    for name, source in sources.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]),
+                       tmp_path / f"{name}.ipynb")
+    config = types.SimpleNamespace(
+        execution_mode="cache", execution_cache_path=str(tmp_path / "cache"),
+        execution_excludepatterns=[], execution_in_temp=False, execution_timeout=120,
+        execution_allow_errors=False)
+    env = types.SimpleNamespace(mystnb_config=config,
+                                doc2path=lambda doc: str(tmp_path / f"{doc}.ipynb"))
+    app = types.SimpleNamespace(srcdir=str(tmp_path))
+    cache = get_cache(config.execution_cache_path)
+
+    def cached(name: str) -> str | None:
+        nb = nbformat.read(tmp_path / f"{name}.ipynb", as_version=4)
+        try:
+            record = cache.match_cache_notebook(nb)
+        except KeyError:
+            return None
+        return cache.get_cache_bundle(record.pk).nb.cells[0].outputs[0]["text"]
+
+    tpp_execute.pre_execute(app, env, {"one"})
+    assert cached("one") == "1\n"
+    tpp_execute.pre_execute(app, env, {"one", "two", "three", "bad"})
+    assert (cached("two"), cached("three"), cached("bad")) == ("2\n", "3\n", None)
