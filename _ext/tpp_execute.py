@@ -7,11 +7,15 @@ use), every notebook about to be read that has no cache record for its current c
 call myst-nb makes (``jupyter_cache.executors.utils.single_nb_execution``: the notebook's folder
 as working directory, the configured timeout and ``allow_errors``), and stores each execution
 that succeeded as myst-nb would (``cache_notebook_bundle(..., check_validity=False)``). myst-nb
-then reads them from the cache ("Using cached notebook"). A notebook whose execution failed is not
-stored: myst-nb executes it again when it reads it and fails the strict build with its traceback,
-exactly as without this extension. ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb. A single
-notebook to execute (a warm rebuild after one chapter's edit) runs from the Sphinx process
-itself, with the same kernel as in a worker.
+then reads them from the cache ("Using cached notebook"). Sphinx does not wait for all of them:
+it reads the other pages first and the notebooks in the order they were started, and at each
+notebook's ``source-read`` (before myst-nb looks it up) :func:`await_notebook` waits for that
+one execution, so that Sphinx parses the finished chapters while the others still execute.
+A notebook whose execution failed is not stored: myst-nb executes it again when it reads it and
+fails the strict build with its traceback, exactly as without this extension.
+``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb. A single notebook to execute (a warm
+rebuild after one chapter's edit) runs from the Sphinx process itself, with the same kernel as
+in a worker.
 
 The longest executions go first (their last recorded ``execution_seconds``; on a fresh clone,
 with no record yet, the seconds measured for the course in ``_ext/execution_seconds.json``), so
@@ -138,8 +142,14 @@ def _to_execute(app, env, docnames) -> list[Path]:
     return todo
 
 
+_RUN: dict = {}  # the pool's run in progress: its futures by path, the store, counts
+
+
 def pre_execute(app, env, docnames) -> None:
-    """``env-before-read-docs``: execute the notebooks to be read, in parallel, into the cache."""
+    """``env-before-read-docs``: start executing the notebooks to be read, in parallel, into the
+    cache, and read the other documents first, the notebooks in the order they were started
+    (``docnames`` is reordered in place); :func:`await_notebook` waits for each one's execution
+    when Sphinx comes to read it, so that Sphinx reads and parses while the rest execute."""
     config = getattr(env, "mystnb_config", None)
     n_jobs = jobs()
     if config is None or config.execution_mode != "cache" or n_jobs < 2 or \
@@ -157,40 +167,85 @@ def pre_execute(app, env, docnames) -> None:
     todo.sort(key=lambda p: -last.get(str(p), 0.0))
     workers = min(n_jobs, len(todo))
     logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
-    start = time.perf_counter()
-    failed = []
+    failed: list[str] = []
 
-    def store(results) -> None:
-        for path, text, seconds, _tb in results:
-            rel = os.path.relpath(path, app.srcdir)
-            if text is None:
-                failed.append(rel)
-                logger.info(f"[tpp_execute] {rel}: failed after {seconds:.1f} s (myst-nb runs "
-                            "it again and reports the error)")
-                continue
-            cache.cache_notebook_bundle(
-                CacheBundleIn(nbformat.reads(text, as_version=4), path,
-                              data={"execution_seconds": seconds}),
-                check_validity=False, overwrite=True)
-            logger.info(f"[tpp_execute] {rel}: executed in {seconds:.1f} s")
+    def store(result) -> None:
+        path, text, seconds, _tb = result
+        rel = os.path.relpath(path, app.srcdir)
+        if text is None:
+            failed.append(rel)
+            logger.info(f"[tpp_execute] {rel}: failed after {seconds:.1f} s (myst-nb runs "
+                        "it again and reports the error)")
+            return
+        cache.cache_notebook_bundle(
+            CacheBundleIn(nbformat.reads(text, as_version=4), path,
+                          data={"execution_seconds": seconds}),
+            check_validity=False, overwrite=True)
+        logger.info(f"[tpp_execute] {rel}: executed in {seconds:.1f} s")
 
     args = (config.execution_timeout, config.execution_allow_errors)
-    if workers == 1:
+    _RUN.update(start=time.perf_counter(), n=len(todo), failed=failed, workers=workers)
+    if workers == 1 or getattr(app, "parallel", 0) > 1:
         # one notebook (a warm rebuild after an edit): executed from this process, whose imports
-        # are done, with the same kernel as in a worker (KERNEL_ARGS), instead of by myst-nb
-        store(execute_one(str(p), *args) for p in todo)
-    else:
-        # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                 initializer=worker_init) as pool:
-            futures = [pool.submit(execute_one, str(p), *args) for p in todo]
-            store(future.result() for future in as_completed(futures))
-    logger.info(f"[tpp_execute] {len(todo) - len(failed)} of {len(todo)} notebooks executed "
-                f"in {time.perf_counter() - start:.1f} s ({workers} processes)")
+        # are done, with the same kernel as in a worker (KERNEL_ARGS), instead of by myst-nb;
+        # with Sphinx's own parallel reading (-j) the readers are forked: all done here first
+        if workers == 1:
+            store(execute_one(str(todo[0]), *args))
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                     initializer=worker_init) as pool:
+                for future in as_completed([pool.submit(execute_one, str(p), *args)
+                                            for p in todo]):
+                    store(future.result())
+        _log_total()
+        return
+    # spawn: a clean interpreter per worker (no copy of Sphinx's state, no forked threads)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                               initializer=worker_init)
+    _RUN.update(pool=pool, store=store,
+                futures={str(p): pool.submit(execute_one, str(p), *args) for p in todo})
+    order = {str(p): i for i, p in enumerate(todo)}
+    pending = sorted((d for d in docnames if str(env.doc2path(d)) in order),
+                     key=lambda d: order[str(env.doc2path(d))])
+    docnames[:] = [d for d in docnames if str(env.doc2path(d)) not in order] + pending
+
+
+def await_notebook(app, docname: str, source) -> None:
+    """``source-read``: before myst-nb looks the notebook up in the cache, its execution ends
+    and is stored (a notebook not executed here passes through)."""
+    futures = _RUN.get("futures", {})
+    future = futures.pop(str(app.env.doc2path(docname)), None)
+    if future is not None:
+        _RUN["store"](future.result())
+    if "pool" in _RUN and not futures:
+        finish(app)
+
+
+def finish(app, *_args) -> None:
+    """All executions stored and the workers stopped (also at ``env-updated`` and
+    ``build-finished``, should a document never have been read)."""
+    pool = _RUN.pop("pool", None)
+    if pool is None:
+        return
+    for future in _RUN.pop("futures", {}).values():
+        if not future.cancel():
+            _RUN["store"](future.result())
+    pool.shutdown()
+    _log_total()
+
+
+def _log_total() -> None:
+    failed = _RUN["failed"]
+    logger.info(f"[tpp_execute] {_RUN['n'] - len(failed)} of {_RUN['n']} notebooks executed "
+                f"in {time.perf_counter() - _RUN['start']:.1f} s ({_RUN['workers']} processes)")
+    _RUN.clear()
 
 
 def setup(app):
     single_threaded_blas()  # for every kernel of the build: the workers' and myst-nb's own
     # after myst-nb's own set-up (it creates env.mystnb_config at builder-inited)
     app.connect("env-before-read-docs", pre_execute)
+    app.connect("source-read", await_notebook)
+    app.connect("env-updated", finish)
+    app.connect("build-finished", finish)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -98,7 +98,8 @@ def test_the_wheel_is_built_while_the_book_builds_and_packed_at_the_end(tmp_path
 
 def test_pre_execution_caches_one_notebook_here_and_several_in_workers(tmp_path, monkeypatch):
     """pre_execute stores what it executed in jupyter-cache, where myst-nb then finds it: one
-    notebook from the calling process, two in two workers; a failing one is left to myst-nb."""
+    notebook from the calling process; several in two workers, each waited for when Sphinx
+    reads it (source-read), the other pages read first; a failing one is left to myst-nb."""
     import types
 
     from jupyter_cache import get_cache
@@ -109,13 +110,14 @@ def test_pre_execution_caches_one_notebook_here_and_several_in_workers(tmp_path,
     for name, source in sources.items():
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]),
                        tmp_path / f"{name}.ipynb")
+    (tmp_path / "page.md").write_text("# A page\n")
     config = types.SimpleNamespace(
         execution_mode="cache", execution_cache_path=str(tmp_path / "cache"),
         execution_excludepatterns=[], execution_in_temp=False, execution_timeout=120,
         execution_allow_errors=False)
-    env = types.SimpleNamespace(mystnb_config=config,
-                                doc2path=lambda doc: str(tmp_path / f"{doc}.ipynb"))
-    app = types.SimpleNamespace(srcdir=str(tmp_path))
+    env = types.SimpleNamespace(mystnb_config=config, doc2path=lambda doc: str(
+        tmp_path / (f"{doc}.md" if doc == "page" else f"{doc}.ipynb")))
+    app = types.SimpleNamespace(srcdir=str(tmp_path), env=env)
     cache = get_cache(config.execution_cache_path)
 
     def cached(name: str) -> str | None:
@@ -126,7 +128,13 @@ def test_pre_execution_caches_one_notebook_here_and_several_in_workers(tmp_path,
             return None
         return cache.get_cache_bundle(record.pk).nb.cells[0].outputs[0]["text"]
 
-    tpp_execute.pre_execute(app, env, {"one"})
-    assert cached("one") == "1\n"
-    tpp_execute.pre_execute(app, env, {"one", "two", "three", "bad"})
-    assert (cached("two"), cached("three"), cached("bad")) == ("2\n", "3\n", None)
+    tpp_execute.pre_execute(app, env, ["one"])
+    assert cached("one") == "1\n" and not tpp_execute._RUN
+    docnames = ["bad", "one", "page", "three", "two"]
+    tpp_execute.pre_execute(app, env, docnames)  # "one" is cached: nothing to execute for it
+    assert docnames[:2] == ["one", "page"] and sorted(docnames[2:]) == ["bad", "three", "two"]
+    for doc in docnames:  # what Sphinx does next: source-read, then myst-nb looks in the cache
+        tpp_execute.await_notebook(app, doc, [""])
+        if doc != "page":
+            assert cached(doc) == (None if doc == "bad" else f"{sources[doc][6]}\n")
+    assert not tpp_execute._RUN  # the workers are stopped after the last notebook
