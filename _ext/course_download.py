@@ -198,6 +198,34 @@ def write_course_zip(app, exception) -> None:
     logging.getLogger(__name__).info(f"the course's download: {out}")
 
 
+def notebook_names(root: Path) -> list[str]:
+    """The zip's notebooks by path (what the download page counts)."""
+    return [f"{folder}/{p.name}" for folder, paths in notebooks(root).items() for p in paths]
+
+
+def _pages(env) -> dict[str, list[str]]:
+    """``{docname: notebook_names}`` of the pages that show the download (kept in the env)."""
+    if not hasattr(env, "tpp_download_pages"):
+        env.tpp_download_pages = {}
+    return env.tpp_download_pages
+
+
+def outdated_pages(app, env, added, changed, removed) -> list[str]:
+    """``env-get-outdated``: the download pages whose count of notebooks is no longer true."""
+    names = notebook_names(Path(env.srcdir))
+    return [doc for doc, seen in _pages(env).items() if seen != names and doc not in removed]
+
+
+def purge_page(app, env, docname) -> None:
+    """``env-purge-doc``."""
+    _pages(env).pop(docname, None)
+
+
+def merge_pages(app, env, docnames, other) -> None:
+    """``env-merge-info`` (parallel reading)."""
+    _pages(env).update({d: n for d, n in _pages(other).items() if d in docnames})
+
+
 class CourseDownloadDirective(Directive):
     """``{tpp-course-download}``: the link to the zip, what it holds, and the two lines."""
 
@@ -207,9 +235,10 @@ class CourseDownloadDirective(Directive):
         env = self.state.document.settings.env
         root = Path(env.srcdir)
         found = notebooks(root)
-        for paths in found.values():
-            for path in paths:
-                env.note_dependency(str(path))
+        # the page names how many notebooks there are, not what they hold: it is read again when
+        # the set of notebooks changes (outdated_pages), not after every edit of a chapter
+        _pages(env)[env.docname] = notebook_names(root)
+        env.note_dependency(str(root / "pyproject.toml"))  # the wheel's name
         href = "../" * env.docname.count("/") + ZIP_NAME
         para = nodes.paragraph()
         para += nodes.Text("Download the course: ")

@@ -138,3 +138,22 @@ def test_pre_execution_caches_one_notebook_here_and_several_in_workers(tmp_path,
         if doc != "page":
             assert cached(doc) == (None if doc == "bad" else f"{sources[doc][6]}\n")
     assert not tpp_execute._RUN  # the workers are stopped after the last notebook
+
+
+def test_the_download_page_is_read_again_only_when_the_set_of_notebooks_changes():
+    """_ext/course_download.py: an edit of a chapter leaves the page that counts the notebooks
+    alone (env-get-outdated), a notebook added or removed makes it outdated."""
+    import types
+
+    import course_download
+
+    names = course_download.notebook_names(ROOT)
+    assert "chapters/01_collectives.ipynb" in names
+    assert any(n.startswith("exercises/") for n in names)
+    env = types.SimpleNamespace(srcdir=str(ROOT), tpp_download_pages={"intro": list(names)})
+    assert course_download.outdated_pages(None, env, set(), set(), set()) == []
+    env.tpp_download_pages["chapters/exercises"] = names[:-1]  # read when one was missing
+    assert course_download.outdated_pages(None, env, set(), set(), set()) == [
+        "chapters/exercises"]
+    course_download.purge_page(None, env, "chapters/exercises")
+    assert list(env.tpp_download_pages) == ["intro"]
