@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import tomllib
 import zipfile
 from pathlib import Path
@@ -153,15 +154,76 @@ def pack(root: Path, out: Path, wheel_store: Path | None = None) -> Path:
     return out
 
 
+def _wheel_store(app) -> Path:
+    return Path(app.outdir).parent / ".tpp_wheel"
+
+
+_BACKGROUND: dict[str, threading.Thread] = {}
+_FAILED: dict[str, BaseException] = {}
+
+
+def start_wheel(app) -> None:
+    """``builder-inited``: build the wheel (:func:`cached_wheel`) in a thread while Sphinx
+    reads and the chapters execute, unless this version of the library has one stored; pip runs
+    as a subprocess, so the thread mostly waits. :func:`write_course_zip` waits for it."""
+    if app.builder.format != "html" or app.builder.name == "singlehtml":
+        return
+    root, store = Path(app.srcdir), _wheel_store(app)
+    if (store / wheel_key(root) / wheel_name(root)).is_file():
+        return
+
+    def build() -> None:
+        try:
+            cached_wheel(root, store)
+        except BaseException as err:  # reported by write_course_zip, in the main thread
+            _FAILED["wheel"] = err
+
+    _BACKGROUND["wheel"] = threading.Thread(target=build, name="tpp-wheel", daemon=True)
+    _BACKGROUND["wheel"].start()
+
+
 def write_course_zip(app, exception) -> None:
     """``build-finished``: the zip next to the HTML pages (HTML builders only)."""
+    thread = _BACKGROUND.pop("wheel", None)
+    if thread is not None:
+        thread.join()
     if exception is not None or app.builder.format != "html" or app.builder.name == "singlehtml":
         return
+    if "wheel" in _FAILED:
+        raise _FAILED.pop("wheel")
     out = pack(Path(app.srcdir), Path(app.outdir) / ZIP_NAME,
-               wheel_store=Path(app.outdir).parent / ".tpp_wheel")
+               wheel_store=_wheel_store(app))
     from sphinx.util import logging
 
     logging.getLogger(__name__).info(f"the course's download: {out}")
+
+
+def notebook_names(root: Path) -> list[str]:
+    """The zip's notebooks by path (what the download page counts)."""
+    return [f"{folder}/{p.name}" for folder, paths in notebooks(root).items() for p in paths]
+
+
+def _pages(env) -> dict[str, list[str]]:
+    """``{docname: notebook_names}`` of the pages that show the download (kept in the env)."""
+    if not hasattr(env, "tpp_download_pages"):
+        env.tpp_download_pages = {}
+    return env.tpp_download_pages
+
+
+def outdated_pages(app, env, added, changed, removed) -> list[str]:
+    """``env-get-outdated``: the download pages whose count of notebooks is no longer true."""
+    names = notebook_names(Path(env.srcdir))
+    return [doc for doc, seen in _pages(env).items() if seen != names and doc not in removed]
+
+
+def purge_page(app, env, docname) -> None:
+    """``env-purge-doc``."""
+    _pages(env).pop(docname, None)
+
+
+def merge_pages(app, env, docnames, other) -> None:
+    """``env-merge-info`` (parallel reading)."""
+    _pages(env).update({d: n for d, n in _pages(other).items() if d in docnames})
 
 
 class CourseDownloadDirective(Directive):
@@ -173,9 +235,10 @@ class CourseDownloadDirective(Directive):
         env = self.state.document.settings.env
         root = Path(env.srcdir)
         found = notebooks(root)
-        for paths in found.values():
-            for path in paths:
-                env.note_dependency(str(path))
+        # the page names how many notebooks there are, not what they hold: it is read again when
+        # the set of notebooks changes (outdated_pages), not after every edit of a chapter
+        _pages(env)[env.docname] = notebook_names(root)
+        env.note_dependency(str(root / "pyproject.toml"))  # the wheel's name
         href = "../" * env.docname.count("/") + ZIP_NAME
         para = nodes.paragraph()
         para += nodes.Text("Download the course: ")

@@ -297,5 +297,9 @@ def setup(app):
     app.add_directive("tpp-map", MapDirective)
     app.add_directive("tpp-repository", RepositoryDirective)
     app.add_directive("tpp-course-download", course_download.CourseDownloadDirective)
+    app.connect("env-get-outdated", course_download.outdated_pages)
+    app.connect("env-purge-doc", course_download.purge_page)
+    app.connect("env-merge-info", course_download.merge_pages)
+    app.connect("builder-inited", course_download.start_wheel)
     app.connect("build-finished", course_download.write_course_zip)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

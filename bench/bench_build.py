@@ -8,13 +8,17 @@
    from the build's store (every later build of the same library).
 
 Run: .venv/bin/python bench/bench_build.py [--jobs 2] [--chapters 07,08,09,10,11] [--base REV]
-     [--skip explorers]
+     [--skip explorers] [--record]
+``--record`` writes the serial run's seconds of each chapter into ``_ext/execution_seconds.json``
+(the order of a fresh build; ``--chapters all`` for every chapter). The kernels run as in the
+build: one BLAS thread, rfc3987_syntax deferred (``_ext/tpp_execute.py``).
 On a shared machine read the ratios (and the CPU seconds), not the wall times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -33,27 +37,42 @@ os.environ.setdefault("IPYTHONDIR", str(ROOT / ".ipython"))
 
 import tpp_execute  # noqa: E402
 
+tpp_execute.single_threaded_blas()  # the kernels run as in the build
+
 
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
-def _run(paths: list[Path], jobs: int) -> tuple[float, float]:
+def _run(paths: list[Path], jobs: int, seconds: dict | None = None) -> tuple[float, float]:
     """Execute ``paths`` in ``jobs`` spawned worker processes; (wall s, CPU s of the workers and
-    their kernels). Each execution must succeed."""
+    their kernels). Each execution must succeed; ``seconds`` gets each notebook's seconds."""
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        for path, text, _s, tb in pool.map(tpp_execute.execute_one, map(str, paths),
-                                           [600] * len(paths), [False] * len(paths)):
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                             initializer=tpp_execute.worker_init) as pool:
+        for path, text, s, tb in pool.map(tpp_execute.execute_one, map(str, paths),
+                                          [600] * len(paths), [False] * len(paths)):
             if text is None:
                 raise SystemExit(f"{path} failed:\n{tb}")
+            if seconds is not None:
+                seconds[Path(path).relative_to(ROOT).as_posix()] = round(s, 1)
     return time.perf_counter() - t0, _children_cpu() - cpu0
 
 
-def chapters(names: list[str], jobs: int) -> None:
-    paths = [next((ROOT / "chapters").glob(f"{n}_*.ipynb")) for n in names]
-    serial = _run(paths, 1)
+def chapters(names: list[str], jobs: int, record: bool = False) -> None:
+    if names == ["all"]:
+        paths = sorted((ROOT / "chapters").glob("*.ipynb"))
+    else:
+        paths = [next((ROOT / "chapters").glob(f"{n}_*.ipynb")) for n in names]
+    seconds: dict[str, float] = {}
+    serial = _run(paths, 1, seconds)
+    if record:
+        table = json.loads(tpp_execute.ESTIMATES.read_text(encoding="utf8")) \
+            if tpp_execute.ESTIMATES.is_file() else {}
+        tpp_execute.ESTIMATES.write_text(json.dumps(table | seconds, indent=1, sort_keys=True)
+                                         + "\n", encoding="utf8")
+        print(f"recorded {len(seconds)} chapters' seconds in {tpp_execute.ESTIMATES}")
     parallel = _run(paths, jobs)
     print(f"chapters {','.join(names)}: serial {serial[0]:6.1f} s wall, {serial[1]:6.1f} s CPU | "
           f"{jobs} processes {parallel[0]:6.1f} s wall, {parallel[1]:6.1f} s CPU | "
@@ -98,10 +117,12 @@ def main() -> None:
     ap.add_argument("--chapters", default="07,08,09,10,11")
     ap.add_argument("--base", default="db57291")
     ap.add_argument("--skip", default="", help="comma-separated: chapters,old-new,explorers")
+    ap.add_argument("--record", action="store_true",
+                    help="write the serial seconds into _ext/execution_seconds.json")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if "chapters" not in skip:
-        chapters(args.chapters.split(","), max(args.jobs, 2))
+        chapters(args.chapters.split(","), max(args.jobs, 2), args.record)
     if "old-new" not in skip:
         old_and_new(["09", "10"], args.base)
     if "explorers" not in skip:

@@ -248,9 +248,14 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     cols = [slice(r * hpr * dh, (r + 1) * hpr * dh) for r in range(tp)]
     ffc = [slice(r * fpr, (r + 1) * fpr) for r in range(tp)]
     gens = [np.random.default_rng(seed + (r if rng == "per_rank" else 0)) for r in range(tp)]
-    # per rank, per layer: K and V caches of this rank's heads, (batch, heads, t, d_head)
-    kcache = [[np.zeros((batch, hpr, 0, dh), dt) for _ in model.layers] for _ in range(tp)]
-    vcache = [[np.zeros((batch, hpr, 0, dh), dt) for _ in model.layers] for _ in range(tp)]
+    # per rank, per layer: K and V caches of this rank's heads, (batch, heads, t, d_head), each
+    # allocated once for every position to come and filled one position per step (the attention
+    # reads the first t positions: the same values in the same layout as a cache grown by
+    # concatenation, without copying it at every step)
+    t_max = plen - 1 + n_tokens
+    kcache = [[np.zeros((batch, hpr, t_max, dh), dt) for _ in model.layers] for _ in range(tp)]
+    vcache = [[np.zeros((batch, hpr, t_max, dh), dt) for _ in model.layers] for _ in range(tp)]
+    filled = [0]  # positions held in the caches
     seqs = [prompts.copy() for _ in range(tp)]
     if comm_precision == "bfloat16" and model.dtype != np.float32:
         raise ValueError("comm_precision='bfloat16' needs a float32 model")
@@ -277,6 +282,7 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     def step(inputs: list[np.ndarray]) -> list[np.ndarray]:
         """One position for every rank: rank r's input tokens (batch,) -> its logits."""
         xs = [model.embed[t] for t in inputs]
+        t = filled[0]
         for li in range(len(model.layers)):
             parts = []
             for r in range(tp):
@@ -284,12 +290,13 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
                 a = _rmsnorm(xs[r])
                 q, k, v = (a @ sh[w] for w in ("wq", "wk", "wv"))
                 split = (batch, hpr, 1, dh)
-                kcache[r][li] = np.concatenate([kcache[r][li], k.reshape(split)], axis=2)
-                vcache[r][li] = np.concatenate([vcache[r][li], v.reshape(split)], axis=2)
-                s = (q.reshape(split) @ kcache[r][li].transpose(0, 1, 3, 2)) * scale
+                kcache[r][li][:, :, t:t + 1] = k.reshape(split)
+                vcache[r][li][:, :, t:t + 1] = v.reshape(split)
+                keys, values = kcache[r][li][:, :, :t + 1], vcache[r][li][:, :, :t + 1]
+                s = (q.reshape(split) @ keys.transpose(0, 1, 3, 2)) * scale
                 p = np.exp(s - s.max(axis=-1, keepdims=True))
                 p = p / p.sum(axis=-1, keepdims=True)
-                o = (p @ vcache[r][li]).reshape(batch, hpr * dh)
+                o = (p @ values).reshape(batch, hpr * dh)
                 parts.append(o @ sh["wo"])
             att = reduce(parts, tag=f"layer{li}.attn")
             xs = [xs[r] + att[r] for r in range(tp)]
@@ -297,6 +304,7 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
                      @ shards[r][li]["w2"] for r in range(tp)]
             mlp = reduce(parts, tag=f"layer{li}.mlp")
             xs = [xs[r] + mlp[r] for r in range(tp)]
+        filled[0] = t + 1
         return [_rmsnorm(x) @ head for x in xs]
 
     for pos in range(plen - 1):  # prefill, one position at a time (the cache fills up)

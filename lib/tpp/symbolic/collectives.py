@@ -20,6 +20,8 @@ from the chain rule that the backward of "copy x to T ranks" is a sum and vice v
 
 from __future__ import annotations
 
+from functools import cache
+
 import sympy as sp
 
 __all__ = [
@@ -65,18 +67,21 @@ def chunk_bytes() -> sp.Expr:
     return V / N
 
 
+@cache  # derived once: SymPy expressions are immutable
 def reduce_scatter_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
     """``Sum_{j=0}^{N-2} V/N = (N-1) V / N``: one chunk per step for N-1 steps."""
     expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
+@cache  # derived once: SymPy expressions are immutable
 def all_gather_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
     """``Sum_{j=0}^{N-2} V/N = (N-1) V / N`` with V the gathered output size."""
     expr = sp.Sum(chunk_bytes(), (j, 0, N - 2))
     return expr if unevaluated else sp.simplify(expr.doit())
 
 
+@cache  # derived once: SymPy expressions are immutable
 def all_reduce_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
     """Reduce-scatter phase + all-gather phase: ``2 (N-1) V / N`` bytes sent by each rank."""
     expr = sp.Add(reduce_scatter_bytes_per_rank(True), all_gather_bytes_per_rank(True),
@@ -84,6 +89,7 @@ def all_reduce_bytes_per_rank(unevaluated: bool = False) -> sp.Expr:
     return expr if unevaluated else sp.factor(sp.simplify(expr.doit()))
 
 
+@cache  # derived once: SymPy expressions are immutable
 def ring_steps(op: str) -> sp.Expr:
     """Sequential steps: all_reduce ``2 (N-1)``; reduce_scatter, all_gather, broadcast ``N-1``."""
     name = _op(op)
@@ -91,6 +97,7 @@ def ring_steps(op: str) -> sp.Expr:
     return sp.expand(2 * one_phase) if name == "all_reduce" else one_phase
 
 
+@cache  # derived once: SymPy expressions are immutable
 def bytes_per_rank(op: str) -> sp.Expr:
     """Bytes one rank sends (the busiest rank for broadcast: V)."""
     name = _op(op)
@@ -103,11 +110,13 @@ def bytes_per_rank(op: str) -> sp.Expr:
     return V
 
 
+@cache  # derived once: SymPy expressions are immutable
 def ring_factor(op: str = "all_reduce") -> sp.Expr:
     """Bus factor = bytes per rank / V: ``2(N-1)/N``, ``(N-1)/N``, ``(N-1)/N`` or 1."""
     return sp.factor(sp.simplify(bytes_per_rank(op) / V))
 
 
+@cache  # derived once: SymPy expressions are immutable
 def alpha_beta_time(op: str = "all_reduce") -> sp.Expr:
     """``T = steps * alpha + bytes_per_rank / beta``; all-reduce:
     ``2(N-1) alpha + 2(N-1)V/(N beta)``. A ring model: a bound that fits large messages (see
