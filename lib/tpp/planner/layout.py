@@ -91,9 +91,11 @@ class Layout:
         return r
 
     def group(self, axis: str, rank: int) -> list[int]:
-        """The ranks of ``rank``'s group along ``axis`` (same other coordinates)."""
-        c = self.coords(rank)
-        return [self.rank(**{**c, axis: k}) for k in range(self.degree(axis))]
+        """The ranks of ``rank``'s group along ``axis`` (same other coordinates): evenly
+        spaced by :meth:`stride`, from the rank whose ``axis`` coordinate is 0."""
+        st = self.stride(axis)
+        first = rank - self.coords(rank)[axis] * st
+        return [first + k * st for k in range(self.degree(axis))]
 
     def stride(self, axis: str) -> int:
         """Rank distance between neighbours along ``axis`` (product of the faster degrees)."""
