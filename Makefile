@@ -81,7 +81,7 @@ pdf: $(BOOK_STAMP)
 test: $(STAMP)
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/tpp-pytest-XXXXXX"); \
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --nbmake --nbmake-timeout=600 \
-	  --basetemp="$$tmp" tests chapters solutions; rc=$$?; rm -rf "$$tmp"; exit $$rc
+	  --durations=25 --basetemp="$$tmp" tests chapters solutions; rc=$$?; rm -rf "$$tmp"; exit $$rc
 
 ## Strip outputs from notebooks when git stages them (a clean filter, see .gitattributes), so that
 ## running a chapter in JupyterLab never puts outputs into a commit. Cell ids are kept (--keep-id):
