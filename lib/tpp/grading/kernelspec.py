@@ -159,13 +159,8 @@ class CappedChannel(AsyncZMQSocketChannel):
     async def _recv(self, **kwargs: Any) -> dict[str, Any] | None:  # type: ignore[override]
         assert self.socket is not None
         msg = CappedMessage(self.max_bytes)
-        while True:
-            frame = await self.socket.recv(copy=False, **kwargs)
-            more = frame.more
-            msg.add(frame)
-            del frame
-            if not more:
-                break
+        while msg.add(await self.socket.recv(copy=False, **kwargs)):
+            pass
         if msg.over:
             self.dropped += 1
             return None

@@ -49,15 +49,19 @@ class CappedMessage:
         self.cap, self.total, self.over = cap, 0, False
         self.frames: list = []
 
-    def add(self, frame) -> None:  # noqa: ANN001 - a zmq.Frame (no zmq import here)
-        if self.over:
-            return
-        self.total += len(frame)
-        if self.total > self.cap:
-            self.over = True
-            self.frames.clear()
-        else:
-            self.frames.append(frame)
+    def add(self, frame) -> bool:  # noqa: ANN001 - a zmq.Frame (no zmq import here)
+        """Count ``frame`` (kept while the total is within the cap); True if more frames of
+        this message follow. Read a message with ``while msg.add(sock.recv(copy=False)): pass``:
+        the caller keeps no reference to a frame, so a frame past the cap is freed at once."""
+        more = bool(frame.more)
+        if not self.over:
+            self.total += len(frame)
+            if self.total > self.cap:
+                self.over = True
+                self.frames.clear()
+            else:
+                self.frames.append(frame)
+        return more
 
 
 def address_space_mb(max_message_mb: int) -> int:
@@ -121,13 +125,8 @@ def _serve(argv: list[str]) -> int:  # pragma: no cover - runs in the relay proc
                 _events(sock, pending, zmq)
                 continue
             msg = CappedMessage(cap if sock in capped else float("inf"))
-            while True:
-                frame = sock.recv(copy=False)
-                more = frame.more
-                msg.add(frame)
-                del frame
-                if not more:
-                    break
+            while msg.add(sock.recv(copy=False)):
+                pass
             if msg.over:
                 out.write(DROP)
                 continue
