@@ -308,14 +308,16 @@ def join(env_value: str) -> None:
             fh.write(str(os.getpid()))
 
 
-def _process_tree(pid: int) -> list:
-    """``pid`` and its descendants (psutil processes; they remember their creation time, so a
-    recycled pid is never mistaken for one of them); [] if ``pid`` is gone."""
+def _sandbox_tree(pid: int) -> list:
+    """The process ``pid`` and its descendants, as :func:`tpp.grading.reaper._descendants`
+    lists a kernel's; [] if ``pid`` is gone. (Imported here, in the grader process: the
+    launcher imports this module with the standard library only.)"""
     import psutil
 
+    from tpp.grading.reaper import _descendants
+
     try:
-        proc = psutil.Process(pid)
-        return [proc, *proc.children(recursive=True)]
+        return _descendants(psutil.Process(pid))
     except psutil.Error:
         return []
 
@@ -392,7 +394,7 @@ class DiskWatch:
             if size > self.limit or entries > self.MAX_ENTRIES:
                 self.hit = True
                 if self.pid is not None:
-                    self._victims += _process_tree(self.pid)
+                    self._victims += _sandbox_tree(self.pid)
                     try:
                         os.kill(self.pid, signal.SIGKILL)
                     except OSError:
