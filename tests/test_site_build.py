@@ -157,3 +157,22 @@ def test_the_download_page_is_read_again_only_when_the_set_of_notebooks_changes(
         "chapters/exercises"]
     course_download.purge_page(None, env, "chapters/exercises")
     assert list(env.tpp_download_pages) == ["intro"]
+
+
+_GRADER_PROCESS = """
+import sys
+import tpp.grading.grade, tpp.grading.kernelspec, tpp.grading.assign  # what a grading process loads
+from tpp.grading.example import write_demo_master
+from tpp.grading.notebook import parse_master
+import pathlib, tempfile
+master = parse_master(write_demo_master(pathlib.Path(tempfile.mkdtemp())))  # nbformat validates it
+print(type(sys.modules["rfc3987_syntax"]).__name__)
+"""
+
+
+def test_the_grader_processes_defer_it_too():
+    """Every process that grades (``tpp grade``, its worker processes) imports ``tpp.grading``
+    before nbformat: the package defers rfc3987_syntax, and reading a master still works."""
+    run = subprocess.run([sys.executable, "-c", _GRADER_PROCESS], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.strip() == "_Deferred", run.stderr

@@ -13,3 +13,11 @@ Modules, one idea each:
 This ``__init__`` imports nothing heavy on purpose: the kernel launcher and the check
 helpers must start fast.
 """
+
+from tpp.site.build_kernel import defer_rfc3987_syntax
+
+# nbformat's validator imports jsonschema, whose format checkers import rfc3987_syntax (2 s of
+# CPU building parsers, for an "iri" check the grader never runs) in every process that grades:
+# the grader, each of its worker processes, every `tpp grade`. Deferred here, before any module
+# of this package imports nbformat (see tpp.site.build_kernel).
+defer_rfc3987_syntax()

@@ -9,7 +9,7 @@ extension (``--IPKernelApp.extra_extensions=tpp.site.build_kernel``): it puts a 
 ``rfc3987_syntax`` in ``sys.modules`` whose one function, ``is_valid_syntax``, imports the real
 module on its first call and hands over to it, so that nothing behaves differently; only the
 cost moves to the first ``iri`` check, which never comes. (``_ext/quick_start.py`` spares the
-Sphinx process the same import.)
+Sphinx process the same import, and ``tpp.grading`` every process that grades.)
 """
 
 from __future__ import annotations
