@@ -24,9 +24,15 @@ def pages() -> list[str]:
         if os.environ.get("TPP_REQUIRE_SITE") == "1":
             pytest.fail(f"{PDF} is missing: run `make pdf`")
         pytest.skip(f"{PDF} is missing: run `make pdf` first")
-    from pypdf import PdfReader
+    import pypdfium2
 
-    return [page.extract_text() or "" for page in PdfReader(PDF).pages]
+    # PDFium (Chromium's PDF engine, which wrote the file) reads the text of all ~440 pages in
+    # ~2 s of CPU; pypdf's pure-Python extraction took ~34 s
+    doc = pypdfium2.PdfDocument(PDF)
+    try:
+        return [doc[i].get_textpage().get_text_bounded() for i in range(len(doc))]
+    finally:
+        doc.close()
 
 
 def _titles() -> list[str]:
