@@ -121,3 +121,22 @@ def test_custom_sampler_plugs_into_the_loop():
     assert np.array_equal(mine.tokens, ref.tokens)
     with pytest.raises(ValueError, match="returned 1 token arrays for 4 ranks"):
         S.generate(MODEL, 4, PROMPTS[:4], 2, sampler=lambda g, lg, u, t: [np.zeros(4)])
+
+
+def test_generate_settings_in_two_workers_equals_one_after_another_bit_for_bit():
+    settings = {"ring": dict(), "bf16": dict(allreduce="own_order", comm_precision="bfloat16"),
+                "fix": dict(allreduce="own_order", rng="per_rank", sampler="rank0_broadcast")}
+    par = S.generate_settings(MODEL, 4, PROMPTS[:16], 24, settings, processes=2)
+    assert list(par) == list(settings)
+    for name, kw in settings.items():
+        one = S.generate(MODEL, 4, PROMPTS[:16], 24, **kw)
+        g = par[name]
+        assert np.array_equal(g.tokens, one.tokens) and g.settings == one.settings
+        assert np.array_equal(g.flip_probability, one.flip_probability, equal_nan=True)
+        assert (g.logits_equal_steps, g.max_logit_diff) == (one.logits_equal_steps,
+                                                            one.max_logit_diff)
+        assert g.group.ledger == one.group.ledger
+    with pytest.raises(ValueError, match="sampler by name"):
+        S.generate_settings(MODEL, 4, PROMPTS, 2, {"own": dict(sampler=lambda *a: a)})
+    with pytest.raises(ValueError, match="processes"):
+        S.generate_settings(MODEL, 4, PROMPTS, 2, settings, processes=0)

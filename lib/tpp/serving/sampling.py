@@ -24,6 +24,7 @@ different tokens on two ranks is the measure of the draws on which their inverse
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +34,8 @@ from tpp.serving.inputs import check_choice, check_positive_ints
 from tpp.tensor_parallel.activations import gelu
 
 __all__ = ["TinyLM", "init_tiny_lm", "one_shot_all_reduce", "sample_tokens", "flip_probability",
-           "Generation", "generate", "tokens_until_divergence", "round_bfloat16", "ALLREDUCES",
+           "Generation", "generate", "generate_settings", "tokens_until_divergence",
+           "round_bfloat16", "ALLREDUCES",
            "RNGS", "SAMPLERS", "PRECISIONS"]
 
 ALLREDUCES = ("ring", "own_order")
@@ -348,6 +350,43 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
                                     allreduce=allreduce, rng=rng,
                                     sampler=sampler if isinstance(sampler, str) else "custom",
                                     dtype=str(dt), comm_precision=comm_precision))
+
+
+def _generate_kw(args: tuple) -> Generation:
+    model, tp, prompts, n_tokens, kw = args
+    return generate(model, tp, prompts, n_tokens, **kw)
+
+
+def generate_settings(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int,
+                      settings: dict[str, dict], *, processes: int | None = None
+                      ) -> dict[str, Generation]:
+    """:func:`generate` once per named setting (``{name: keyword arguments}``), the settings
+    side by side in ``processes`` worker processes (default: as many as settings, at most the
+    CPUs this process may use; 1 = one after another, here).
+
+    Each generation is seeded and independent of the others, and a worker runs the same NumPy
+    code, so the results are those of calling :func:`generate` one setting after another
+    (bit for bit, with the same BLAS threads: tests/test_sampling.py). A ``sampler`` must be a
+    name here (a function defined in a notebook cannot be sent to a worker)."""
+    if any(callable(kw.get("sampler")) for kw in settings.values()):
+        raise ValueError("generate_settings sends each setting to a worker process: pass "
+                         "sampler by name, or call generate() for a custom sampler function")
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    if processes is not None:
+        check_positive_ints(processes=processes)
+    n = min(len(settings), cpus) if processes is None else processes
+    jobs = [(model, tp, prompts, n_tokens, kw) for kw in settings.values()]
+    if n <= 1 or len(jobs) <= 1:
+        return {name: _generate_kw(job) for name, job in zip(settings, jobs, strict=True)}
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    # spawn: a fresh interpreter (a notebook kernel's threads are not forked)
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+        return dict(zip(settings, pool.map(_generate_kw, jobs), strict=True))
 
 
 def tokens_until_divergence(gen: Generation) -> np.ndarray:
