@@ -140,3 +140,15 @@ def test_generate_settings_in_two_workers_equals_one_after_another_bit_for_bit()
         S.generate_settings(MODEL, 4, PROMPTS, 2, {"own": dict(sampler=lambda *a: a)})
     with pytest.raises(ValueError, match="processes"):
         S.generate_settings(MODEL, 4, PROMPTS, 2, settings, processes=0)
+
+
+def test_gelu_of_float32_uses_the_correctly_rounded_cube_and_float64_keeps_pow():
+    from fractions import Fraction
+
+    from tpp.tensor_parallel.activations import _C, _K, gelu
+
+    x32 = np.random.default_rng(3).standard_normal(40000).astype(np.float32) * 3
+    x = x32.astype(np.float64)
+    cube = np.array([float(Fraction(v) ** 3) for v in x])  # the exact cube, rounded once
+    assert np.array_equal(gelu(x32), 0.5 * x * (1.0 + np.tanh(_C * (x + _K * cube))))
+    assert np.array_equal(gelu(x), 0.5 * x * (1.0 + np.tanh(_C * (x + _K * x**3))))
