@@ -15,7 +15,9 @@ A notebook whose execution failed is not stored: myst-nb executes it again when 
 fails the strict build with its traceback, exactly as without this extension.
 ``TPP_BUILD_JOBS=1`` leaves all execution to myst-nb. A single notebook to execute (a warm
 rebuild after one chapter's edit) runs from the Sphinx process itself, with the same kernel as
-in a worker.
+in a worker; it starts at ``config-inited`` (:func:`early_start`), in a thread of the Sphinx
+process, while Sphinx loads its pickled environment and sets up the builder (1-2 s of a warm
+rebuild that no longer come before the chapter's execution).
 
 The longest executions go first (their last recorded ``execution_seconds``; on a fresh clone,
 with no record yet, the seconds measured for the course in ``_ext/execution_seconds.json``), so
@@ -143,6 +145,56 @@ def _to_execute(app, env, docnames) -> list[Path]:
 
 
 _RUN: dict = {}  # the pool's run in progress: its futures by path, the store, counts
+_EARLY: dict = {}  # the execution started at config-inited: its thread pool and future by path
+
+
+def _changed_notebook(app, config) -> Path | None:
+    """The one notebook of the book's table of contents changed since the last build (newer
+    than its pickled environment) that has no cache record for its code, else ``None`` (none,
+    several, or more than 4 changed files or no earlier build: all left to
+    :func:`pre_execute`)."""
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import standard_nb_read
+
+    site_map = getattr(config, "external_site_map", None)
+    pickled = Path(app.doctreedir) / "environment.pickle"
+    if site_map is None or not pickled.is_file():
+        return None
+    since = pickled.stat().st_mtime
+    changed = [path for path in (Path(app.srcdir) / f"{doc}.ipynb" for doc in site_map)
+               if path.is_file() and path.stat().st_mtime > since
+               and not any(fnmatch(str(path), p) for p in config.nb_execution_excludepatterns)]
+    if not changed or len(changed) > 4:
+        return None
+    cache = get_cache(config.nb_execution_cache_path
+                      or Path(app.outdir).parent.joinpath(".jupyter_cache").resolve())
+    unmatched = []
+    for path in changed:
+        try:
+            cache.match_cache_notebook(standard_nb_read(path.read_text(encoding="utf8")))
+        except KeyError:
+            unmatched.append(path)
+    return unmatched[0] if len(unmatched) == 1 else None
+
+
+def early_start(app, config) -> None:
+    """``config-inited`` (after sphinx-external-toc has read the table of contents): a warm
+    rebuild's one edited notebook starts executing now, in a thread (the kernel is its own
+    process; the thread waits on it), instead of at ``env-before-read-docs``.
+    :func:`pre_execute` then takes it as started; its result is stored as any other."""
+    if config.nb_execution_mode != "cache" or config.nb_execution_in_temp or jobs() < 2 \
+            or getattr(app, "parallel", 0) > 1:
+        return
+    path = _changed_notebook(app, config)
+    if path is None:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpp-execute")
+    _EARLY.update(pool=pool, start=time.perf_counter(), futures={str(path): pool.submit(
+        execute_one, str(path), config.nb_execution_timeout, config.nb_execution_allow_errors)})
+    logger.info(f"[tpp_execute] executing {os.path.relpath(path, app.srcdir)} (started before "
+                "the environment is loaded)")
 
 
 def pre_execute(app, env, docnames) -> None:
@@ -156,7 +208,8 @@ def pre_execute(app, env, docnames) -> None:
             config.execution_in_temp:
         return
     todo = _to_execute(app, env, docnames)
-    if not todo:
+    early = _EARLY.pop("futures", {})
+    if not todo and not early:
         return
     import nbformat
     from jupyter_cache import get_cache
@@ -166,7 +219,6 @@ def pre_execute(app, env, docnames) -> None:
     last = estimated_seconds(app.srcdir) | _last_seconds(cache)
     todo.sort(key=lambda p: -last.get(str(p), 0.0))
     workers = min(n_jobs, len(todo))
-    logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
     failed: list[str] = []
 
     def store(result) -> None:
@@ -184,6 +236,16 @@ def pre_execute(app, env, docnames) -> None:
         logger.info(f"[tpp_execute] {rel}: executed in {seconds:.1f} s")
 
     args = (config.execution_timeout, config.execution_allow_errors)
+    if early:  # started at config-inited (early_start): awaited at its source-read
+        rest = [p for p in todo if str(p) not in early]
+        _RUN.update(start=_EARLY.pop("start"), n=len(early) + len(rest), failed=failed,
+                    workers=1, pool=_EARLY.pop("pool"), store=store, futures=early)
+        pending = [d for d in docnames if str(env.doc2path(d)) in early]
+        docnames[:] = [d for d in docnames if str(env.doc2path(d)) not in early] + pending
+        for path in rest:  # a notebook that changed otherwise (rare): executed here meanwhile
+            store(execute_one(str(path), *args))
+        return
+    logger.info(f"[tpp_execute] executing {len(todo)} notebooks in {workers} processes")
     _RUN.update(start=time.perf_counter(), n=len(todo), failed=failed, workers=workers)
     if workers == 1 or getattr(app, "parallel", 0) > 1:
         # one notebook (a warm rebuild after an edit): executed from this process, whose imports
@@ -244,6 +306,7 @@ def _log_total() -> None:
 def setup(app):
     single_threaded_blas()  # for every kernel of the build: the workers' and myst-nb's own
     # after myst-nb's own set-up (it creates env.mystnb_config at builder-inited)
+    app.connect("config-inited", early_start, priority=900)  # after external_site_map is set
     app.connect("env-before-read-docs", pre_execute)
     app.connect("source-read", await_notebook)
     app.connect("env-updated", finish)

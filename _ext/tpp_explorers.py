@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -126,7 +127,8 @@ _BACKGROUND: dict[str, subprocess.Popen] = {}
 
 def data_key() -> str:
     """A hash of what the data depend on: every file of the ``tpp`` package and this file."""
-    lib = Path(_explorers().__file__).parents[1]  # lib/tpp (the explorers are in tpp/site/)
+    # lib/tpp, found without importing tpp.site.explorers (a warm build may not need it)
+    lib = Path(importlib.util.find_spec("tpp").origin).parent
     h = hashlib.sha256(Path(__file__).read_bytes())
     for path in sorted(lib.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:

@@ -42,6 +42,17 @@ class TppQuiz(Directive):
         return out
 
 
+def _prepare(app, env, docnames) -> None:
+    """``env-before-read-docs``, after ``tpp_execute`` has started the chapters' executions:
+    when a chapter is to be read, the question bank is built now (about 1 s, its SymPy bubble
+    fractions), while a warm rebuild's edited chapter still executes, instead of at the first
+    ``tpp-quiz`` directive, after that execution. The same computation, once per build."""
+    if any(doc.startswith("chapters/") for doc in docnames):
+        from tpp.site.quiz import bank
+
+        bank.questions()
+
+
 def _static_path(app, config) -> None:
     if STATIC.is_dir() and str(STATIC) not in map(str, config.html_static_path) and not any(
             Path(app.srcdir, p).resolve() == STATIC for p in config.html_static_path):
@@ -51,6 +62,7 @@ def _static_path(app, config) -> None:
 def setup(app):
     app.add_directive("tpp-quiz", TppQuiz)
     app.connect("config-inited", _static_path)
+    app.connect("env-before-read-docs", _prepare, priority=600)  # after tpp_execute's (500)
     app.add_js_file("quiz/tpp_quiz.js")
     app.add_css_file("quiz/tpp_quiz.css")
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -7,8 +7,11 @@
 3. The explorers' data (``_ext/tpp_explorers.py``): computed (the cold build) against copied
    from the build's store (every later build of the same library).
 
+4. ``--with-library 17,18``: those chapters and the library at ``--base`` against the working
+   tree (for a change of the library's speed), CPU seconds and ratios.
+
 Run: .venv/bin/python bench/bench_build.py [--jobs 2] [--chapters 07,08,09,10,11] [--base REV]
-     [--skip explorers] [--record]
+     [--skip explorers] [--record] [--with-library 17,18]
 ``--record`` writes the serial run's seconds of each chapter into ``_ext/execution_seconds.json``
 (the order of a fresh build; ``--chapters all`` for every chapter). The kernels run as in the
 build: one BLAS thread, rfc3987_syntax deferred (``_ext/tpp_execute.py``).
@@ -79,6 +82,34 @@ def chapters(names: list[str], jobs: int, record: bool = False) -> None:
           f"speed-up x{serial[0] / parallel[0]:.2f} (wall)  load {os.getloadavg()[0]:.1f}")
 
 
+def old_and_new_with_library(names: list[str], base: str) -> None:
+    """Chapters ``names`` at ``base`` with the library at ``base`` (a copy of that commit's
+    tree, put first on the kernels' PYTHONPATH) against the working tree: CPU seconds of the
+    kernels, one chapter at a time, old then new, side by side."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = subprocess.run(["git", "archive", base], cwd=ROOT, check=True,
+                              capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=tree, check=True)
+        for name in names:
+            new = next((ROOT / "chapters").glob(f"{name}_*.ipynb"))
+            old = Path(tmp) / "chapters" / new.name
+            saved = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(tmp) / "lib"),
+                                                                     saved]))
+            try:
+                w_old, c_old = _run([old], 1)
+            finally:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH")
+                else:
+                    os.environ["PYTHONPATH"] = saved
+            w_new, c_new = _run([new], 1)
+            print(f"chapter {name} (and library): {base} {c_old:5.1f} s CPU ({w_old:5.1f} s "
+                  f"wall) | now {c_new:5.1f} s CPU ({w_new:5.1f} s wall) | "
+                  f"x{c_old / c_new:.2f} less CPU, x{w_old / w_new:.2f} less wall  "
+                  f"load {os.getloadavg()[0]:.1f}")
+
+
 def old_and_new(names: list[str], base: str) -> None:
     for name in names:
         new = next((ROOT / "chapters").glob(f"{name}_*.ipynb"))
@@ -117,6 +148,9 @@ def main() -> None:
     ap.add_argument("--chapters", default="07,08,09,10,11")
     ap.add_argument("--base", default="db57291")
     ap.add_argument("--skip", default="", help="comma-separated: chapters,old-new,explorers")
+    ap.add_argument("--with-library", default="",
+                    help="chapters (e.g. 17,18) run at --base with the library at --base too, "
+                         "against the working tree")
     ap.add_argument("--record", action="store_true",
                     help="write the serial seconds into _ext/execution_seconds.json")
     args = ap.parse_args()
@@ -125,6 +159,8 @@ def main() -> None:
         chapters(args.chapters.split(","), max(args.jobs, 2), args.record)
     if "old-new" not in skip:
         old_and_new(["09", "10"], args.base)
+    if args.with_library:
+        old_and_new_with_library(args.with_library.split(","), args.base)
     if "explorers" not in skip:
         explorers()
 

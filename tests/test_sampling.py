@@ -121,3 +121,34 @@ def test_custom_sampler_plugs_into_the_loop():
     assert np.array_equal(mine.tokens, ref.tokens)
     with pytest.raises(ValueError, match="returned 1 token arrays for 4 ranks"):
         S.generate(MODEL, 4, PROMPTS[:4], 2, sampler=lambda g, lg, u, t: [np.zeros(4)])
+
+
+def test_generate_settings_in_two_workers_equals_one_after_another_bit_for_bit():
+    settings = {"ring": dict(), "bf16": dict(allreduce="own_order", comm_precision="bfloat16"),
+                "fix": dict(allreduce="own_order", rng="per_rank", sampler="rank0_broadcast")}
+    par = S.generate_settings(MODEL, 4, PROMPTS[:16], 24, settings, processes=2)
+    assert list(par) == list(settings)
+    for name, kw in settings.items():
+        one = S.generate(MODEL, 4, PROMPTS[:16], 24, **kw)
+        g = par[name]
+        assert np.array_equal(g.tokens, one.tokens) and g.settings == one.settings
+        assert np.array_equal(g.flip_probability, one.flip_probability, equal_nan=True)
+        assert (g.logits_equal_steps, g.max_logit_diff) == (one.logits_equal_steps,
+                                                            one.max_logit_diff)
+        assert g.group.ledger == one.group.ledger
+    with pytest.raises(ValueError, match="sampler by name"):
+        S.generate_settings(MODEL, 4, PROMPTS, 2, {"own": dict(sampler=lambda *a: a)})
+    with pytest.raises(ValueError, match="processes"):
+        S.generate_settings(MODEL, 4, PROMPTS, 2, settings, processes=0)
+
+
+def test_gelu_of_float32_uses_the_correctly_rounded_cube_and_float64_keeps_pow():
+    from fractions import Fraction
+
+    from tpp.tensor_parallel.activations import _C, _K, gelu
+
+    x32 = np.random.default_rng(3).standard_normal(40000).astype(np.float32) * 3
+    x = x32.astype(np.float64)
+    cube = np.array([float(Fraction(v) ** 3) for v in x])  # the exact cube, rounded once
+    assert np.array_equal(gelu(x32), 0.5 * x * (1.0 + np.tanh(_C * (x + _K * cube))))
+    assert np.array_equal(gelu(x), 0.5 * x * (1.0 + np.tanh(_C * (x + _K * x**3))))

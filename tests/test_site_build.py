@@ -176,3 +176,56 @@ def test_the_grader_processes_defer_it_too():
     run = subprocess.run([sys.executable, "-c", _GRADER_PROCESS], capture_output=True,
                          text=True, cwd=ROOT)
     assert run.returncode == 0 and run.stdout.strip() == "_Deferred", run.stderr
+
+
+def test_a_warm_rebuilds_one_edited_notebook_starts_at_config_inited(tmp_path, monkeypatch):
+    """early_start (config-inited) executes the one notebook edited since the last build that
+    has no cache record, in a thread; pre_execute takes it as started and the page that waits
+    for it is read last; nothing starts without an earlier build or with two to execute."""
+    import os
+    import types
+
+    from jupyter_cache import get_cache
+
+    monkeypatch.setenv("TPP_BUILD_JOBS", "2")
+    (tmp_path / "doctrees").mkdir()
+    pickled = tmp_path / "doctrees" / "environment.pickle"
+    for name in ("one", "two", "three"):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            f"print({name!r})")]), tmp_path / f"{name}.ipynb")
+    pickled.write_bytes(b"")
+    past = pickled.stat().st_mtime - 10
+    for name in ("two", "three"):  # unchanged since the last build
+        os.utime(tmp_path / f"{name}.ipynb", (past, past))
+    os.utime(tmp_path / "one.ipynb", (past + 20, past + 20))  # edited after it
+    config = types.SimpleNamespace(
+        nb_execution_mode="cache", nb_execution_cache_path=str(tmp_path / "cache"),
+        nb_execution_excludepatterns=[], nb_execution_in_temp=False, nb_execution_timeout=120,
+        nb_execution_allow_errors=False, external_site_map={"one": 1, "two": 2, "three": 3})
+    nb_config = types.SimpleNamespace(**{k[3:]: v for k, v in vars(config).items()
+                                         if k.startswith("nb_")})
+    env = types.SimpleNamespace(mystnb_config=nb_config,
+                                doc2path=lambda doc: str(tmp_path / f"{doc}.ipynb"))
+    app = types.SimpleNamespace(srcdir=str(tmp_path), doctreedir=str(tmp_path / "doctrees"),
+                                outdir=str(tmp_path / "html"), env=env)
+    cache = get_cache(config.nb_execution_cache_path)
+
+    tpp_execute.early_start(app, config)
+    assert list(tpp_execute._EARLY["futures"]) == [str(tmp_path / "one.ipynb")]
+    docnames = ["one", "three", "two"]
+    tpp_execute.pre_execute(app, env, docnames)
+    assert docnames == ["three", "two", "one"] and not tpp_execute._EARLY
+    for doc in docnames:
+        tpp_execute.await_notebook(app, doc, [""])
+    assert not tpp_execute._RUN
+    record = cache.match_cache_notebook(nbformat.read(tmp_path / "one.ipynb", as_version=4))
+    assert cache.get_cache_bundle(record.pk).nb.cells[0].outputs[0]["text"] == "one\n"
+
+    for name in ("two", "three"):  # two edited notebooks to execute: left to pre_execute
+        os.utime(tmp_path / f"{name}.ipynb", (past + 20, past + 20))
+    tpp_execute.early_start(app, config)
+    assert not tpp_execute._EARLY
+    pickled.unlink()  # no earlier build (a fresh clone): left to pre_execute
+    os.utime(tmp_path / "three.ipynb", (past, past))
+    tpp_execute.early_start(app, config)
+    assert not tpp_execute._EARLY

@@ -40,7 +40,7 @@ from tpp.collectives.comm import check_spmd_args
 
 from .comm import TorchCommunicator, require_torch
 
-__all__ = ["BACKENDS", "TORCHRUN_NOTE", "World", "spmd"]
+__all__ = ["BACKENDS", "TORCHRUN_NOTE", "World", "preload", "spmd"]
 
 BACKENDS = ("gloo", "nccl")
 DEFAULT_TIMEOUT = 120.0
@@ -66,6 +66,19 @@ script then does
 
 and calls the same per-rank programs. Tensor parallelism belongs inside a node (NVLink): build
 the TP group from the ranks of one node with torch.distributed.new_group or a DeviceMesh."""
+
+
+def preload() -> None:
+    """Start the fork server now, so that it imports torch (:data:`PRELOAD`, seconds of CPU) while
+    the caller goes on with other work; the first :class:`World` then finds it ready. Nothing
+    happens where there is no fork server (``spawn``) or once it runs."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return
+    mp.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+    forkserver.ensure_running()
 
 
 def _free_port() -> int:
@@ -160,8 +173,8 @@ class World:
         if self._procs:
             raise ValueError("this World is already started")
         if "forkserver" in mp.get_all_start_methods():
+            preload()  # started here unless preload() was called earlier
             ctx = mp.get_context("forkserver")
-            ctx.set_forkserver_preload(list(PRELOAD))
         else:
             ctx = mp.get_context("spawn")
         port = _free_port()

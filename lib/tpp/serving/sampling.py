@@ -24,6 +24,7 @@ different tokens on two ranks is the measure of the draws on which their inverse
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +34,8 @@ from tpp.serving.inputs import check_choice, check_positive_ints
 from tpp.tensor_parallel.activations import gelu
 
 __all__ = ["TinyLM", "init_tiny_lm", "one_shot_all_reduce", "sample_tokens", "flip_probability",
-           "Generation", "generate", "tokens_until_divergence", "round_bfloat16", "ALLREDUCES",
+           "Generation", "generate", "generate_settings", "tokens_until_divergence",
+           "round_bfloat16", "ALLREDUCES",
            "RNGS", "SAMPLERS", "PRECISIONS"]
 
 ALLREDUCES = ("ring", "own_order")
@@ -106,9 +108,14 @@ def round_bfloat16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 (ties to even), kept in a float32 array:
     what a bf16 all-reduce buffer holds (8 bits of mantissa instead of 24)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    bits = x.view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.astype(np.uint32).view(np.float32).reshape(x.shape)
+    bits = x.view(np.uint32)
+    # in uint32: a sum that wraps past 2**32 (only NaNs' bit patterns) keeps the same bits 16-31
+    # as in wider integers, and the mask keeps only those (the same result, half the work)
+    out = (bits >> 16) & 1
+    out += 0x7FFF
+    out += bits
+    out &= 0xFFFF0000
+    return out.view(np.float32).reshape(x.shape)
 
 
 def one_shot_all_reduce(group: ProcessGroup, arrays: list[np.ndarray], *,
@@ -314,12 +321,15 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
     flips = np.zeros((n_tokens, batch))
     for i in range(n_tokens):
         logits = step([s[:, -1] for s in seqs])
-        if all(np.array_equal(lg, logits[0]) for lg in logits[1:]):
-            equal += 1
+        bitwise_equal = all(np.array_equal(lg, logits[0]) for lg in logits[1:])
+        equal += bitwise_equal
         max_diff = max(max_diff, max(float(np.abs(lg - logits[0]).max()) for lg in logits))
         if temperature > 0 and tp > 1:  # only while the ranks still hold the same sequence
             same = np.all([(s == seqs[0]).all(axis=1) for s in seqs], axis=0)
-            flips[i] = np.where(same, flip_probability(logits, temperature), np.nan)
+            # equal logits give equal CDFs, whose intervals coincide: flip_probability is 0.0
+            # exactly then (own - (hi - lo) subtracts the same numbers), so it is not computed
+            flip = 0.0 if bitwise_equal else flip_probability(logits, temperature)
+            flips[i] = np.where(same, flip, np.nan)
         us = [g.random(batch) for g in gens]
         if callable(sampler):
             toks = list(sampler(group, logits, us, temperature))
@@ -340,6 +350,43 @@ def generate(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int, *,
                                     allreduce=allreduce, rng=rng,
                                     sampler=sampler if isinstance(sampler, str) else "custom",
                                     dtype=str(dt), comm_precision=comm_precision))
+
+
+def _generate_kw(args: tuple) -> Generation:
+    model, tp, prompts, n_tokens, kw = args
+    return generate(model, tp, prompts, n_tokens, **kw)
+
+
+def generate_settings(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int,
+                      settings: dict[str, dict], *, processes: int | None = None
+                      ) -> dict[str, Generation]:
+    """:func:`generate` once per named setting (``{name: keyword arguments}``), the settings
+    side by side in ``processes`` worker processes (default: as many as settings, at most the
+    CPUs this process may use; 1 = one after another, here).
+
+    Each generation is seeded and independent of the others, and a worker runs the same NumPy
+    code, so the results are those of calling :func:`generate` one setting after another
+    (bit for bit, with the same BLAS threads: tests/test_sampling.py). A ``sampler`` must be a
+    name here (a function defined in a notebook cannot be sent to a worker)."""
+    if any(callable(kw.get("sampler")) for kw in settings.values()):
+        raise ValueError("generate_settings sends each setting to a worker process: pass "
+                         "sampler by name, or call generate() for a custom sampler function")
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    if processes is not None:
+        check_positive_ints(processes=processes)
+    n = min(len(settings), cpus) if processes is None else processes
+    jobs = [(model, tp, prompts, n_tokens, kw) for kw in settings.values()]
+    if n <= 1 or len(jobs) <= 1:
+        return {name: _generate_kw(job) for name, job in zip(settings, jobs, strict=True)}
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    # spawn: a fresh interpreter (a notebook kernel's threads are not forked)
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+        return dict(zip(settings, pool.map(_generate_kw, jobs), strict=True))
 
 
 def tokens_until_divergence(gen: Generation) -> np.ndarray:

