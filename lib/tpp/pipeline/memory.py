@@ -38,6 +38,18 @@ def _per_stage(name: str, x):
 class ActivationMemory:
     """Memory accounting over a simulated timeline (``peak_inflight``, bytes with recompute)."""
 
+    def _rows_of(self, rank: int) -> list:
+        """The timeline's ``(rank, action, start, end)`` rows of ``rank``, in timeline order: the
+        timeline grouped by rank once, so that a query per rank does not read every rank's rows
+        (P queries of a P-rank timeline were quadratic in P: the planner's searches)."""
+        by_rank = self.__dict__.get("_rows_by_rank")
+        if by_rank is None:
+            by_rank = {}
+            for row in self.timeline:
+                by_rank.setdefault(row[0], []).append(row)
+            self.__dict__["_rows_by_rank"] = by_rank
+        return by_rank.get(rank, [])
+
     def inflight_over_time(self, rank: int, release: str = "last") -> tuple[list, list]:
         """Step function of activation sets held by ``rank``: ``(times, counts)`` where
         ``counts[i]`` holds from ``times[i]`` until ``times[i+1]`` (the last is 0 at the end).
@@ -51,9 +63,7 @@ class ActivationMemory:
         if key not in self._inflight_cache:
             freeing = {"B", "W"} if release == "last" else {"B", "I"}
             events = []
-            for r, a, s, e in self.timeline:
-                if r != rank:
-                    continue
+            for _r, a, s, e in self._rows_of(rank):
                 if type(a) is Overlap:  # the F half acquires, the B half releases
                     events.append((s, 1))
                     events.append((e, -1))
@@ -103,7 +113,7 @@ class ActivationMemory:
 
         events: list[tuple[Time, Time]] = []
         back_start: dict[tuple[int, int], Time] = {}
-        rows = sorted((s, e, a) for r, a, s, e in self.timeline if r == rank)
+        rows = sorted((s, e, a) for _r, a, s, e in self._rows_of(rank))
         for s, e, a in rows:
             if type(a) is Overlap:
                 fs, bs = a.forward.stage, a.backward.stage
