@@ -66,8 +66,11 @@ def bwrap() -> None:
 @pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium driven by playwright: skips where either is missing, fails instead when
-    ``TPP_REQUIRE_BROWSER=1`` (CI sets it)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    ``TPP_REQUIRE_BROWSER=1`` (CI sets it). Its headless shell (Debian's
+    ``chromium-headless-shell``: the same Blink, without the browser's interface, which is what
+    playwright's own headless runs use) when installed: the pages' loads cost ~20 % less CPU."""
+    chromium = (shutil.which("chromium-headless-shell") or shutil.which("chromium")
+                or shutil.which("chromium-browser"))
 
     def missing(why: str) -> None:
         if os.environ.get("TPP_REQUIRE_BROWSER") == "1":
