@@ -26,7 +26,7 @@ def pages() -> list[str]:
         pytest.skip(f"{PDF} is missing: run `make pdf` first")
     import pypdfium2
 
-    # PDFium (Chromium's PDF engine, which wrote the file) reads the text of all ~440 pages in
+    # PDFium (the engine Chromium reads PDFs with) extracts the text of all ~440 pages in
     # ~2 s of CPU; pypdf's pure-Python extraction took ~34 s
     doc = pypdfium2.PdfDocument(PDF)
     try:

@@ -7,7 +7,7 @@ visit, empty storage), no MathJax error, no image without a meaningful alt text,
 block wider than the content column. At 390 px no page scrolls sideways and figure text stays
 legible; the ☰ and contents buttons open their drawers at 390 and 800 px and collapse the sidebar
 at 1366 px; search snippets show mathematics as text.
-A negative control page carries every defect and must be flagged for each.
+Two negative control pages carry every defect (a page's, a phone's) and must be flagged for each.
 
 Reads `_build/html` (or TPP_SITE). Skips without a build or a browser locally; CI sets
 TPP_REQUIRE_SITE=1 and TPP_REQUIRE_BROWSER=1, so there it fails instead.
