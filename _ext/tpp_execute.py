@@ -64,10 +64,9 @@ def jobs() -> int:
             raise ValueError(f"TPP_BUILD_JOBS={value!r}: set a whole number of processes >= 1 "
                              "(1 = no parallel execution)")
         return int(value)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    from tpp.hardware import cpu_count
+
+    return cpu_count()
 
 
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}

@@ -15,13 +15,14 @@ listing the valid names.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 
 __all__ = [
     "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB",
     "DTYPE_BYTES", "bytes_per_element", "gbit_per_s", "to_GB", "to_GiB",
-    "Link", "GPU", "LINKS", "GPUS", "link", "gpu", "link_names", "gpu_names",
+    "Link", "GPU", "LINKS", "GPUS", "link", "gpu", "link_names", "gpu_names", "cpu_count",
 ]
 
 # --- units ------------------------------------------------------------------------------------
@@ -322,3 +323,12 @@ def link_names() -> list[str]:
 def gpu_names() -> list[str]:
     """Names accepted by :func:`gpu`."""
     return list(GPUS)
+
+
+def cpu_count() -> int:
+    """CPU cores of this machine that this process may run on (its affinity, not the machine's
+    total): the book build's processes, the grader's load scaling, side-by-side runs."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

@@ -56,6 +56,7 @@ from tpp.grading.reaper import (
     _kill_tree,
 )
 from tpp.grading.relay import relay_manager_class
+from tpp.hardware import cpu_count
 
 PROBE_TIMEOUT = 5
 _LOG = logging.getLogger("tpp.grading.nbclient")
@@ -532,9 +533,3 @@ def runnable_now() -> int:
         return 0
 
 
-def cpu_count() -> int:
-    """Cores available to this process."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1

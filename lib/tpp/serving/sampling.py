@@ -24,12 +24,12 @@ different tokens on two ranks is the measure of the draws on which their inverse
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tpp.collectives import CollectiveRecord, ProcessGroup
+from tpp.hardware import cpu_count
 from tpp.serving.inputs import check_choice, check_positive_ints
 from tpp.tensor_parallel.activations import gelu
 
@@ -371,10 +371,7 @@ def generate_settings(model: TinyLM, tp: int, prompts: np.ndarray, n_tokens: int
     if any(callable(kw.get("sampler")) for kw in settings.values()):
         raise ValueError("generate_settings sends each setting to a worker process: pass "
                          "sampler by name, or call generate() for a custom sampler function")
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+    cpus = cpu_count()
     if processes is not None:
         check_positive_ints(processes=processes)
     n = min(len(settings), cpus) if processes is None else processes
