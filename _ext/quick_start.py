@@ -4,7 +4,8 @@ jupyter-book imports jsonschema, whose format checkers import ``rfc3987_syntax``
 installed (jupyter-events pulls it in for JupyterLab); that module compiles 39 Lark grammars at
 import, 4-12 s of every build on these machines, for an ``iri`` format check the book's
 configuration never asks for (jupyter-book validates ``_config.yml`` without format checks).
-Marking the module absent makes jsonschema skip that checker (``with suppress(ImportError)``).
+The stand-in of :mod:`tpp.site.build_kernel` (the one the build kernels and the grader use)
+takes its place: the real module loads only if an ``iri`` check ever runs.
 
 When the script exits, the exit handlers run and the output is flushed, and the process ends
 without the interpreter's teardown (:func:`exit_now`): freeing Sphinx's environment and the
@@ -48,7 +49,9 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         raise SystemExit("usage: python _ext/quick_start.py SCRIPT [ARGS...]: name the console "
                          "script to run, e.g. .venv/bin/jupyter-book build .")
-    sys.modules["rfc3987_syntax"] = None  # an import of it raises ImportError
+    from tpp.site.build_kernel import defer_rfc3987_syntax
+
+    defer_rfc3987_syntax()
     sys.argv = sys.argv[1:]
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
