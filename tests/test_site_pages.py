@@ -115,16 +115,19 @@ def _open(browser, url: str, viewport: dict, errors: list[str] | None = None):
     return context, page
 
 
-def inspect_page(browser, url: str) -> dict[str, list[str]]:
-    """Load ``url`` with every network request refused; return the problems found by kind."""
+def inspect_page(browser, url: str, phone: bool = False) -> tuple[dict[str, list[str]], list[str]]:
+    """Load ``url`` at 1300 px with every network request refused: the problems found by kind,
+    and (``phone``) what does not fit once the same page is narrowed to 390 px
+    (:func:`_narrowed_to_a_phone`; JavaScript errors raised while narrowing count too)."""
     errors: list[str] = []
     context, page = _open(browser, url, VIEWPORT, errors)
     try:
         found = page.evaluate(INSPECT)
+        narrow = _narrowed_to_a_phone(page) if phone else []
     finally:
         context.close()
     found["js"] = errors
-    return found
+    return found, narrow
 
 
 def _describe(found: dict[str, list[str]]) -> str:
@@ -155,7 +158,7 @@ NEGATIVE_CONTROL = """<!doctype html><html><head><meta charset="utf-8"></head><b
 def test_negative_control_flags_every_defect(browser, tmp_path: Path) -> None:
     page = tmp_path / "control.html"
     page.write_text(NEGATIVE_CONTROL.replace("{}", "x = 1  # " + "long " * 60))
-    found = inspect_page(browser, page.as_uri())
+    found, _ = inspect_page(browser, page.as_uri())
     for kind in ("table", "dollar", "role", "js", "alt", "wide"):
         assert found[kind], f"the control page's {kind} defect was not detected: {found}"
     assert len(found["alt"]) == 2
@@ -259,14 +262,7 @@ def test_page_renders_cleanly_and_fits_a_phone(browser, page: str) -> None:
     narrowed page is the page a phone loads (every page's FITS result was the same both ways when
     this test was merged; the drawer tests below load at 390 px). JavaScript errors raised while
     narrowing count too."""
-    errors: list[str] = []
-    context, tab = _open(browser, _built(page).as_uri(), VIEWPORT, errors)
-    try:
-        found = tab.evaluate(INSPECT)
-        narrow = _narrowed_to_a_phone(tab)
-    finally:
-        context.close()
-    found["js"] = errors
+    found, narrow = inspect_page(browser, _built(page).as_uri(), phone=True)
     problems = [f"{page}: {_describe(found)}"] if any(found.values()) else []
     problems += [f"{page}: {p}" for p in narrow]
     assert not problems, "\n".join(problems)
